@@ -1,0 +1,399 @@
+"""The one outbound HTTP seam: GET with an SSRF guard at connect time, and size/time limits."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http
+import ipaddress
+import re
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from http.cookiejar import DefaultCookiePolicy
+from urllib.parse import urljoin, urlsplit
+
+import requests
+from requests.adapters import HTTPAdapter
+from requests.utils import requote_uri
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+from urllib3.exceptions import TimeoutError as Urllib3Timeout
+from urllib3.util.connection import create_connection
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+_CHUNK = 65536
+_REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
+_CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
+_PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
+_METADATA = frozenset(map(ipaddress.ip_address, ("169.254.169.254", "fd00:ec2::254",
+                                                  "100.100.100.200")))
+_AZURE_WIRESERVER = ipaddress.ip_address("168.63.129.16")
+_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
+_SHARED_NAT = ipaddress.ip_network("100.64.0.0/10")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_HOST_NAME = re.compile(r"(?:[\w-]+\.)*[\w-]+\.?")
+
+
+class FetchError(Exception):
+    """A fetch that failed; `message` is one sentence a person/model understands."""
+
+    def __init__(self, message: str, *, unreachable: bool = False):
+        super().__init__(message)
+        self.message = message
+        self.unreachable = unreachable
+
+
+class BlockedURL(FetchError):
+    """An SSRF refusal or an unusable URL; never counts as unreachable."""
+
+    def __init__(self, message: str, *, unreachable: bool = False):
+        super().__init__(message, unreachable=False)
+
+
+@dataclass(frozen=True)
+class FetchPolicy:
+    timeout: float = 30.0
+    max_bytes: int = 1024 * 1024
+    allow_loopback: bool = False
+    max_redirects: int = 5
+
+
+@dataclass(frozen=True)
+class Response:
+    url: str
+    status: int
+    headers: dict[str, str]
+    body: bytes
+    truncated: bool
+
+
+def check_url(url: str) -> str:
+    """Validate `url` syntactically (no DNS) and return it unchanged, or raise BlockedURL."""
+    if not isinstance(url, str) or not url:
+        raise BlockedURL("The url is empty; give a full address such as https://example.com/.")
+    if "\\" in url or any(c.isspace() or not c.isprintable() for c in url):
+        raise BlockedURL("The url must not contain spaces, control characters or backslashes; "
+                         "percent-encode them (a space is %20) and use forward slashes.")
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise BlockedURL("The url could not be parsed; check the IPv6 host brackets.") from None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not url[len(scheme) + 1:].startswith("//"):
+        raise BlockedURL(f"The url must start with http:// or https:// (got '{scheme or 'none'}').")
+    _check_authority(parts)
+    return url
+
+
+def _check_authority(parts) -> None:
+    if "@" in parts.netloc:
+        raise BlockedURL("The url must not contain a user name or password before the host; "
+                         "remove everything up to and including '@'.")
+    host = parts.hostname or ""
+    if not host:
+        raise BlockedURL("The url must include a host name, e.g. https://example.com/.")
+    if "%" in host:
+        raise BlockedURL(f"The host '{host}' must not contain '%'; write the host name plainly.")
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise BlockedURL(f"The IPv6 address '{host}' in the url is not valid.") from None
+    elif not _HOST_NAME.fullmatch(host):
+        raise BlockedURL(f"The host name '{host}' is not valid; use a domain such as example.com.")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise BlockedURL("The url's port is invalid; use a number from 1 to 65535 or leave it out.")
+
+
+def forbidden_reason(ip: IPAddress, allow_loopback: bool) -> str | None:
+    """None when `ip` may be contacted, otherwise a short reason such as "a private address"."""
+    if ip.version == 4:
+        return _address_reason(ip, allow_loopback)
+    if ip.ipv4_mapped is not None:
+        return _address_reason(ip.ipv4_mapped, allow_loopback)
+    inner = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in _NAT64 else ip.sixtofour
+    if inner is None:
+        return _address_reason(ip, allow_loopback)
+    inner_reason = _address_reason(inner, allow_loopback=False)
+    if inner_reason:
+        return f"an IPv6 address embedding {inner}, {inner_reason}"
+    return None if ip in _NAT64 else _address_reason(ip, allow_loopback)
+
+
+_RULES = (
+    (lambda ip: ip in _METADATA, "the cloud metadata address"),
+    (lambda ip: ip == _AZURE_WIRESERVER, "the cloud platform's internal address"),
+    (lambda ip: ip.is_loopback, "a loopback address (this machine)"),
+    (lambda ip: ip.is_unspecified, "the unspecified address"),
+    (lambda ip: ip.version == 4 and ip in _THIS_NETWORK, "a 'this network' address"),
+    (lambda ip: ip.is_link_local, "a link-local address"),
+    (lambda ip: ip.version == 4 and ip in _SHARED_NAT, "a carrier-grade NAT address"),
+    (lambda ip: ip.is_private, "a private address"),
+    (lambda ip: ip.is_multicast, "a multicast address"),
+    (lambda ip: ip.version == 6 and (int(ip) < 1 << 32 or ip.is_site_local), "an obsolete address"),
+    (lambda ip: ip.is_reserved or not ip.is_global, "a reserved, non-public address"),
+)
+
+
+def _address_reason(ip: IPAddress, allow_loopback: bool) -> str | None:
+    if ip.is_loopback and allow_loopback:
+        return None
+    return next((reason for test, reason in _RULES if test(ip)), None)
+
+
+def resolve_allowed(host: str, port: int, allow_loopback: bool) -> list[str]:
+    """Resolve `host`; every address must be allowed, else BlockedURL. DNS failure: unreachable."""
+    name = host.strip("[]")
+    try:
+        infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)
+    except UnicodeError:
+        raise BlockedURL(f"The host name '{name}' is not a valid host name.") from None
+    except OSError as exc:
+        raise FetchError(f"The host name '{name}' could not be resolved; check the domain.",
+                         unreachable=True) from exc
+    addresses = list(dict.fromkeys(info[4][0] for info in infos))
+    for address in addresses:
+        reason = forbidden_reason(ipaddress.ip_address(address.split("%")[0]), allow_loopback)
+        if reason:
+            target = f"{name}," if address == name else f"{name}, which resolves to {address},"
+            raise BlockedURL(f"The url points to {target} {reason}; "
+                             "only public internet addresses may be fetched.")
+    return addresses
+
+
+class _Deadline:
+    """Shuts the socket in use down once the overall time budget of one get() is spent."""
+
+    current = threading.local()
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.expires = time.monotonic() + seconds
+        self.expired = False
+        self._sock: socket.socket | None = None
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self._fire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Deadline:
+        _Deadline.current.deadline = self
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._timer.cancel()
+        _Deadline.current.deadline = None
+        self.attach(None)
+
+    def left(self) -> float:
+        return self.expires - time.monotonic()
+
+    def attach(self, sock: socket.socket | None) -> None:
+        with self._lock:
+            self._sock = sock
+        if self.expired:
+            self._fire()
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.expired, sock = True, self._sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+class _GuardMixin:
+    """Connects only to addresses resolve_allowed approved, by address, without resolving again."""
+
+    allow_loopback: bool
+    def _new_conn(self) -> socket.socket:
+        addresses = resolve_allowed(self._dns_host, self.port, self.allow_loopback)
+        deadline = getattr(_Deadline.current, "deadline", None)
+        error: OSError = OSError("no address to connect to")
+        for address in addresses:
+            timeout = max(deadline.left(), 0.001) if deadline else self.timeout
+            try:
+                return create_connection((address, self.port), timeout,
+                                         socket_options=self.socket_options)
+            except OSError as exc:
+                error = exc
+        if isinstance(error, socket.timeout):
+            raise ConnectTimeoutError(self, f"Connection to {self.host} timed out.") from error
+        raise NewConnectionError(self, f"Failed to establish a new connection: {error}") from error
+
+    def getresponse(self):
+        deadline = getattr(_Deadline.current, "deadline", None)
+        if deadline is not None:
+            deadline.attach(self.sock)
+        return super().getresponse()
+
+
+@functools.cache
+def _pool_classes(allow_loopback: bool) -> dict[str, type]:
+    attrs = {"allow_loopback": allow_loopback}
+    plain = type("GuardedHTTPConnection", (_GuardMixin, HTTPConnection), attrs)
+    tls = type("GuardedHTTPSConnection", (_GuardMixin, HTTPSConnection), attrs)
+    return {"http": type("GuardedPool", (HTTPConnectionPool,), {"ConnectionCls": plain}),
+            "https": type("GuardedTLSPool", (HTTPSConnectionPool,), {"ConnectionCls": tls})}
+
+
+class _GuardedAdapter(HTTPAdapter):
+    def __init__(self, allow_loopback: bool):
+        self._allow_loopback = allow_loopback
+        super().__init__(max_retries=0)
+
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = _pool_classes(self._allow_loopback)
+
+
+class Fetcher:
+    """GETs public web pages within a FetchPolicy; one pooled session, reused across calls."""
+
+    def __init__(self, policy: FetchPolicy = FetchPolicy(),
+                 user_agent: str = "Vigil/0.1 (+monitor)"):
+        self.policy = policy
+        self._session = session = requests.Session()
+        session.trust_env = False
+        session.max_redirects = policy.max_redirects
+        session.headers["User-Agent"] = user_agent
+        session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
+        adapter = _GuardedAdapter(policy.allow_loopback)
+        for prefix in ("http://", "https://"):
+            session.mount(prefix, adapter)
+
+    def close(self) -> None:
+        self._session.close()
+
+    def get(self, url: str, headers: dict[str, str] | None = None) -> Response:
+        check_url(url)
+        with _Deadline(self.policy.timeout) as deadline:
+            return self._follow(url, dict(headers or {}), deadline)
+
+    def _follow(self, url: str, headers: dict[str, str], deadline: _Deadline) -> Response:
+        for _ in range(self.policy.max_redirects + 1):
+            resp = self._send(url, headers, deadline)
+            target = self._redirect_target(resp)
+            if target is None:
+                return self._finish(resp, deadline)
+            _discard(resp, deadline)
+            if self._session.should_strip_auth(url, target):
+                headers = {k: v for k, v in headers.items() if k.lower() not in _CREDENTIAL_HEADERS}
+            url = target
+        raise FetchError(f"The page led through more than {self.policy.max_redirects} redirects; "
+                         "the redirect chain is too long or loops.")
+
+    def _send(self, url: str, headers: dict[str, str], deadline: _Deadline) -> requests.Response:
+        remaining = deadline.left()
+        if remaining <= 0:
+            raise _timed_out(url, deadline)
+        try:
+            return self._session.get(url, headers=headers, stream=True, allow_redirects=False,
+                                     timeout=(remaining, remaining))
+        except (requests.RequestException, ValueError) as exc:
+            raise _translate(exc, url, deadline) from exc
+
+    def _redirect_target(self, resp: requests.Response) -> str | None:
+        location = self._session.get_redirect_target(resp)
+        if resp.status_code not in _REDIRECT_CODES or not location:
+            return None
+        try:
+            return check_url(requote_uri(urljoin(resp.url, location)))
+        except (BlockedURL, requests.RequestException, ValueError) as exc:
+            resp.close()
+            detail = exc.message if isinstance(exc, BlockedURL) else "it is not a valid url."
+            raise BlockedURL(f"The page redirected to an unusable url: {detail}") from None
+
+    def _finish(self, resp: requests.Response, deadline: _Deadline) -> Response:
+        try:
+            _check_status(resp)
+            body, truncated = _read_body(resp, deadline, self.policy.max_bytes)
+        finally:
+            deadline.attach(None)
+            resp.close()
+        headers = {name.lower(): value for name, value in resp.headers.items()}
+        return Response(url=resp.url, status=resp.status_code, headers=headers,
+                        body=body, truncated=truncated)
+
+
+def _read_body(resp: requests.Response, deadline: _Deadline, limit: int) -> tuple[bytes, bool]:
+    chunks, size = [], 0
+    try:
+        for chunk in resp.iter_content(_CHUNK):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                return b"".join(chunks)[:limit], True
+    except (requests.RequestException, OSError) as exc:
+        raise _translate(exc, resp.url, deadline) from exc
+    if deadline.expired:
+        raise _timed_out(resp.url, deadline)
+    return b"".join(chunks), False
+
+
+def _discard(resp: requests.Response, deadline: _Deadline) -> None:
+    """Drain a small redirect body so its connection can be reused, then close the response."""
+    try:
+        _read_body(resp, deadline, _CHUNK)
+    except FetchError:
+        pass
+    finally:
+        deadline.attach(None)
+        resp.close()
+
+
+def _check_status(resp: requests.Response) -> None:
+    code = resp.status_code
+    if 200 <= code < 300 or code == 304:
+        return
+    text = f"{code} {_PHRASES.get(code, '')}".strip()
+    if code == 429 or code >= 500:
+        raise FetchError(f"The server answered {text}.", unreachable=True)
+    if 400 <= code < 500:
+        raise FetchError(f"The page answered {text}.")
+    raise FetchError(f"The page answered {text}, which is not a page that can be read.")
+
+
+def _timed_out(url: str, deadline: _Deadline) -> FetchError:
+    host = urlsplit(url).netloc
+    return FetchError(f"The request to {host} timed out after {deadline.seconds:g} seconds.",
+                      unreachable=True)
+
+
+def _translate(exc: BaseException, url: str, deadline: _Deadline) -> FetchError:
+    chain = _error_chain(exc)
+    host = urlsplit(url).netloc
+    if any(isinstance(e, FetchError) for e in chain):
+        return next(e for e in chain if isinstance(e, FetchError))
+    if deadline.expired:
+        return _timed_out(url, deadline)
+    if any(isinstance(e, ConnectionRefusedError) for e in chain):
+        return FetchError(f"The server at {host} refused the connection.", unreachable=True)
+    if any(isinstance(e, NewConnectionError) for e in chain):
+        return FetchError(f"Could not connect to {host}.", unreachable=True)
+    if any(isinstance(e, (socket.timeout, Urllib3Timeout)) for e in chain):
+        return _timed_out(url, deadline)
+    if isinstance(exc, requests.exceptions.SSLError):
+        return FetchError(f"The secure connection to {host} failed (certificate or TLS problem).",
+                          unreachable=True)
+    if isinstance(exc, ValueError):
+        return BlockedURL(f"The url could not be used ({exc}); give a plain http(s) address.")
+    return FetchError(f"The connection to {host} failed while reading the page.", unreachable=True)
+
+
+def _error_chain(exc: BaseException) -> list[BaseException]:
+    seen, todo = [], [exc]
+    while todo:
+        err = todo.pop()
+        if isinstance(err, BaseException) and err not in seen:
+            seen.append(err)
+            todo.extend([err.__cause__, err.__context__, getattr(err, "reason", None), *err.args])
+    return seen

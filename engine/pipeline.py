@@ -1,0 +1,69 @@
+"""One polled check: fetch -> hash the raw body -> normalize -> hash -> check.
+
+The raw body is hashed before anything is parsed, so an unchanged source costs a GET and a sha256.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.checks import CheckSpec, Verdict, baseline, evaluate
+from engine.content import Content, ContentError, json_content, page_content, sha256_hex
+from engine.http import FetchError, Fetcher
+from engine.spec import SourceSpec
+
+QUIET, CHANGED, FIRED, ERROR, BASELINE = "quiet", "changed", "fired", "error", "baseline"
+
+
+@dataclass(frozen=True)
+class Prior:
+    """What the monitor stored after its last check; state None means no baseline yet."""
+    raw_hash: str | None = None
+    content_hash: str | None = None
+    state: dict | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    kind: str
+    raw_hash: str = ""
+    content_hash: str = ""
+    verdict: Verdict | None = None
+    error: str = ""
+    unreachable: bool = False
+
+
+def run_check(fetcher: Fetcher, source: SourceSpec, check: CheckSpec, prior: Prior,
+              max_text_bytes: int) -> Outcome:
+    """The outcome of checking `source` once against what was stored last time."""
+    try:
+        body = fetcher.get(source.url).body
+    except FetchError as exc:
+        return Outcome(ERROR, error=exc.message, unreachable=exc.unreachable)
+    raw_hash = sha256_hex(body)
+    if prior.state is not None and raw_hash == prior.raw_hash:
+        return Outcome(QUIET, raw_hash=raw_hash, content_hash=prior.content_hash or "")
+    try:
+        content = normalize(source, body, max_text_bytes)
+        if prior.state is not None and content.digest == prior.content_hash:
+            return Outcome(QUIET, raw_hash=raw_hash, content_hash=content.digest)
+        verdict = judge_content(check, content, prior.state)
+    except ContentError as exc:
+        return Outcome(ERROR, raw_hash=raw_hash, error=_sentence(str(exc)))
+    kind = BASELINE if prior.state is None else FIRED if verdict.fired else CHANGED
+    return Outcome(kind, raw_hash=raw_hash, content_hash=content.digest, verdict=verdict)
+
+
+def normalize(source: SourceSpec, body: bytes, max_text_bytes: int) -> Content:
+    if source.type == "json":
+        return json_content(body, max_text_bytes)
+    return page_content(body, source.selector, max_text_bytes)
+
+
+def judge_content(check: CheckSpec, content: Content, state: dict | None) -> Verdict:
+    return baseline(check, content) if state is None else evaluate(check, content, state)
+
+
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return (text[:1].upper() + text[1:]).rstrip(".") + "."

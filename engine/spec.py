@@ -1,0 +1,219 @@
+"""monitor_create's arguments, checked and clamped. Every refusal is one sentence for the model."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import soupsieve
+
+from engine.checks import CHECK_TYPES, CheckSpec, normalize_op
+from engine.durations import describe_duration, parse_duration
+from engine.http import BlockedURL, check_url
+from engine.paths import PathError, parse_path
+
+SOURCE_TYPES = ("page", "json")
+ARGUMENTS = ("description", "source", "check", "on_match", "interval", "expires_in", "max_wakes")
+
+#: Channels whose conversations a wake cannot resume, and why (seed 000, "Where it works").
+UNREACHABLE_CHANNELS = {
+    "v1_api": "conversations through the OpenAI-compatible /v1 API",
+    "api_key": "conversations through an agent API key",
+    "widget": "conversations in the embedded widget",
+    "shared_link": "a shared agent's public link",
+    "workflow": "workflow nodes",
+    "scheduled": "scheduled runs",
+    "continuation": "continuation runs",
+}
+
+
+class SpecError(ValueError):
+    """Arguments the model must fix; str() is the sentence to give it."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    default_interval: int = 900
+    min_interval: int = 300
+    default_ttl: int = 7 * 86400
+    max_ttl: int = 30 * 86400
+    max_wakes: int = 20
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    type: str
+    url: str
+    selector: str | None = None
+
+
+@dataclass(frozen=True)
+class MonitorSpec:
+    description: str
+    source: SourceSpec
+    check: CheckSpec
+    on_match: str
+    interval_seconds: int
+    ttl_seconds: int
+    max_wakes: int
+
+
+def channel_refusal(channel: str) -> str | None:
+    """Why a monitor cannot report back in this channel, or None when it can."""
+    where = UNREACHABLE_CHANNELS.get(channel)
+    if where is None:
+        return None
+    return (f"Monitors can't be created in {where}: a wake can only resume a chat conversation, "
+            "so tell the user you can't watch this for them here.")
+
+
+def parse_create(arguments: object, limits: Limits) -> tuple[MonitorSpec, list[str]]:
+    """The spec and the notes about limits applied; raises SpecError."""
+    if not isinstance(arguments, dict):
+        raise SpecError("arguments must be an object with description and source.")
+    unknown = sorted(set(arguments) - set(ARGUMENTS))
+    if unknown:
+        raise SpecError(f"Unknown argument '{unknown[0]}'; the arguments are {', '.join(ARGUMENTS)}.")
+    notes: list[str] = []
+    spec = MonitorSpec(
+        description=_text(arguments, "description", required=True, limit=500),
+        source=parse_source(arguments.get("source")),
+        check=parse_check(arguments.get("check")),
+        on_match=_text(arguments, "on_match", required=False, limit=2000),
+        interval_seconds=_interval(arguments.get("interval"), limits, notes),
+        ttl_seconds=_ttl(arguments.get("expires_in"), limits, notes),
+        max_wakes=_max_wakes(arguments.get("max_wakes"), limits, notes),
+    )
+    if spec.check.value_path and spec.source.type != "json":
+        raise SpecError("check.value_path reads JSON; on a page source leave it out and the first number in the text is read.")
+    return spec, notes
+
+
+def parse_source(source: object) -> SourceSpec:
+    if not isinstance(source, dict):
+        raise SpecError('source is required: an object like {"type": "page", "url": "https://…"}.')
+    kind = source.get("type")
+    if kind not in SOURCE_TYPES:
+        raise SpecError(f"source.type must be one of {', '.join(SOURCE_TYPES)} (got {kind!r}).")
+    url = source.get("url")
+    if not isinstance(url, str) or not url.strip():
+        raise SpecError(f"source.url is required for a {kind} source: the http(s) address to watch.")
+    try:
+        check_url(url.strip())
+    except BlockedURL as exc:
+        raise SpecError(f"source.url can't be watched: {exc.message}") from None
+    selector = source.get("selector")
+    if selector is not None:
+        _check_selector(kind, selector)
+    extra = sorted(set(source) - {"type", "url", "selector"})
+    if extra:
+        raise SpecError(f"source has an unknown field '{extra[0]}'; a {kind} source takes type, url and selector.")
+    return SourceSpec(type=kind, url=url.strip(), selector=selector or None)
+
+
+def parse_check(check: object) -> CheckSpec:
+    if check is None:
+        return CheckSpec()
+    if not isinstance(check, dict):
+        raise SpecError('check must be an object like {"type": "change"}.')
+    kind = check.get("type", "change")
+    if kind not in CHECK_TYPES:
+        raise SpecError(f"check.type must be one of {', '.join(CHECK_TYPES)} (got {kind!r}).")
+    if kind == "change":
+        return CheckSpec()
+    op = normalize_op(check.get("op"))
+    if op is None:
+        raise SpecError(f"check.op must be one of < <= > >= == != or a word like below/above (got {check.get('op')!r}).")
+    value = _number(check.get("value"))
+    path = check.get("value_path")
+    if path is not None:
+        try:
+            parse_path(path)
+        except PathError as exc:
+            raise SpecError(f"check.value_path is not usable: {exc}.") from None
+    return CheckSpec(type="threshold", op=op, value=value, value_path=path or None)
+
+
+def spec_to_record(spec: MonitorSpec) -> dict:
+    return {"source": asdict(spec.source), "check": asdict(spec.check)}
+
+
+def source_from_record(data: dict) -> SourceSpec:
+    return SourceSpec(**data)
+
+
+def check_from_record(data: dict) -> CheckSpec:
+    return CheckSpec(**data)
+
+
+def _check_selector(kind: str, selector: object) -> None:
+    if kind != "page":
+        raise SpecError("source.selector works on page sources only; for json use check.value_path.")
+    if not isinstance(selector, str) or not selector.strip():
+        raise SpecError("source.selector must be a CSS selector such as '#price' or '.status'.")
+    try:
+        soupsieve.compile(selector)
+    except Exception as exc:  # soupsieve raises its own SelectorSyntaxError and ValueError
+        raise SpecError(f"source.selector {selector!r} is not a valid CSS selector ({str(exc).splitlines()[0]}).") from None
+
+
+def _number(raw: object) -> float:
+    value = None
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+        value = float(raw)
+    elif isinstance(raw, str):
+        try:
+            value = float(raw.strip().replace(",", ""))
+        except ValueError:
+            value = None
+    if value is None or not math.isfinite(value):
+        raise SpecError(f"check.value must be a number such as 90 or 95.5 (got {raw!r}).")
+    return value
+
+
+def _text(arguments: dict, name: str, *, required: bool, limit: int) -> str:
+    value = arguments.get(name)
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str) or (required and not value.strip()):
+        raise SpecError(f"{name} is required: a short sentence saying what this monitor waits for.")
+    if len(value) > limit:
+        raise SpecError(f"{name} is too long ({len(value)} characters); keep it under {limit}.")
+    return value.strip()
+
+
+def _interval(raw: object, limits: Limits, notes: list[str]) -> int:
+    if raw is None:
+        return max(limits.default_interval, limits.min_interval)
+    seconds = parse_duration(raw)
+    if seconds is None:
+        raise SpecError(f"interval must look like '15m', '2h' or a number of seconds (got {raw!r}).")
+    if seconds < limits.min_interval:
+        notes.append(f"The interval was raised from {describe_duration(seconds)} to the minimum of "
+                     f"{describe_duration(limits.min_interval)}.")
+        return limits.min_interval
+    return seconds
+
+
+def _ttl(raw: object, limits: Limits, notes: list[str]) -> int:
+    if raw is None:
+        return min(limits.default_ttl, limits.max_ttl)
+    seconds = parse_duration(raw)
+    if seconds is None:
+        raise SpecError(f"expires_in must look like '7d', '12h' or a number of seconds (got {raw!r}).")
+    if seconds > limits.max_ttl:
+        notes.append(f"expires_in was capped from {describe_duration(seconds)} to the maximum of "
+                     f"{describe_duration(limits.max_ttl)}.")
+        return limits.max_ttl
+    return seconds
+
+
+def _max_wakes(raw: object, limits: Limits, notes: list[str]) -> int:
+    if raw is None:
+        return 1
+    if isinstance(raw, bool) or not isinstance(raw, int) or raw < 1:
+        raise SpecError(f"max_wakes must be a whole number of at least 1 (got {raw!r}).")
+    if raw > limits.max_wakes:
+        notes.append(f"max_wakes was capped from {raw} to the maximum of {limits.max_wakes}.")
+        return limits.max_wakes
+    return raw
