@@ -1,0 +1,60 @@
+"""Conversations as agent runtimes name them, and their messages in order."""
+
+from __future__ import annotations
+
+from models.db import iso, utcnow
+from models.tables import Conversation, Message, Monitor, User
+
+LIVE_STATUSES = ("active", "paused")
+
+
+class ConversationRefused(ValueError):
+    """The conversation id belongs to another user."""
+
+
+def conversation_for(user: User, external_id: str, channel: str, agent_id: str) -> Conversation:
+    """The user's conversation with this id, created on first use."""
+    conv = Conversation.get_or_none(Conversation.external_id == external_id)
+    if conv is None:
+        conv, _ = Conversation.get_or_create(
+            external_id=external_id,
+            defaults={"user": user, "channel": channel, "agent_id": agent_id, "title": external_id[:200]})
+    if conv.user_id != user.id:
+        raise ConversationRefused(external_id)
+    return conv
+
+
+def find_conversation(user: User, external_id: str) -> Conversation | None:
+    return Conversation.get_or_none((Conversation.external_id == external_id) & (Conversation.user == user))
+
+
+def append_message(conversation_id: int, role: str, content: str, metadata: dict) -> Message:
+    message = Message.create(conversation=conversation_id, role=role, content=content, metadata=metadata)
+    Conversation.update(updated_at=utcnow()).where(Conversation.id == conversation_id).execute()
+    return message
+
+
+def messages_after(conversation: Conversation, after: int, limit: int = 100) -> list[Message]:
+    return list(Message.select().where((Message.conversation == conversation) & (Message.id > after))
+                .order_by(Message.id).limit(limit))
+
+
+def user_conversations(user: User) -> list[Conversation]:
+    """The user's conversations, newest activity first, each with `.watching` set."""
+    conversations = list(Conversation.select().where(Conversation.user == user)
+                         .order_by(Conversation.updated_at.desc()).limit(200))
+    watched = {row.conversation_id for row in Monitor.select(Monitor.conversation)
+               .where((Monitor.user == user) & (Monitor.status == "active"))}
+    for conv in conversations:
+        conv.watching = conv.id in watched
+    return conversations
+
+
+def is_watching(conversation_id: int) -> bool:
+    return Monitor.select().where((Monitor.conversation == conversation_id)
+                                  & (Monitor.status == "active")).exists()
+
+
+def message_json(message: Message) -> dict:
+    return {"id": message.id, "role": message.role, "content": message.content,
+            "metadata": message.metadata or {}, "created_at": iso(message.created_at)}

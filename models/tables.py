@@ -1,0 +1,114 @@
+"""The tables, as the code sees them now. Migrations carry their own frozen copies."""
+
+from __future__ import annotations
+
+import peewee
+
+from models.db import BaseModel, JSONField, utcnow
+
+
+class User(BaseModel):
+    email = peewee.CharField(max_length=320, unique=True)
+    password_hash = peewee.CharField(max_length=255)
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "users"
+
+
+class ApiToken(BaseModel):
+    user = peewee.ForeignKeyField(User, backref="tokens", on_delete="CASCADE")
+    digest = peewee.CharField(max_length=64, unique=True)
+    label = peewee.CharField(max_length=100, default="")
+    created_at = peewee.DateTimeField(default=utcnow)
+    last_used_at = peewee.DateTimeField(null=True)
+
+    class Meta:
+        table_name = "api_tokens"
+
+
+class Conversation(BaseModel):
+    user = peewee.ForeignKeyField(User, backref="conversations", on_delete="CASCADE")
+    external_id = peewee.CharField(max_length=200, unique=True)
+    channel = peewee.CharField(max_length=40, default="chat")
+    agent_id = peewee.CharField(max_length=200, default="")
+    title = peewee.CharField(max_length=200, default="")
+    created_at = peewee.DateTimeField(default=utcnow)
+    updated_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "conversations"
+
+
+class Message(BaseModel):
+    conversation = peewee.ForeignKeyField(Conversation, backref="messages", on_delete="CASCADE")
+    role = peewee.CharField(max_length=20)
+    content = peewee.TextField()
+    metadata = JSONField(default=dict)
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "messages"
+
+
+class Monitor(BaseModel):
+    id = peewee.CharField(max_length=32, primary_key=True)
+    user = peewee.ForeignKeyField(User, backref="monitors", on_delete="CASCADE")
+    conversation = peewee.ForeignKeyField(Conversation, backref="monitors", on_delete="CASCADE")
+    description = peewee.CharField(max_length=500)
+    source = JSONField()
+    check = JSONField()
+    on_match = peewee.TextField(default="")
+    interval_seconds = peewee.IntegerField()
+    max_wakes = peewee.IntegerField(default=1)
+    wakes_used = peewee.IntegerField(default=0)
+    status = peewee.CharField(max_length=20, default="active")
+    next_check_at = peewee.DateTimeField()
+    expires_at = peewee.DateTimeField()
+    claim_seq = peewee.IntegerField(default=0)
+    check_count = peewee.IntegerField(default=0)
+    last_checked_at = peewee.DateTimeField(null=True)
+    last_changed_at = peewee.DateTimeField(null=True)
+    raw_hash = peewee.CharField(max_length=64, default="")
+    content_hash = peewee.CharField(max_length=64, default="")
+    check_state = JSONField(null=True)
+    baseline = peewee.TextField(default="")
+    fire_count = peewee.IntegerField(default=0)
+    failure_count = peewee.IntegerField(default=0)
+    last_error = peewee.TextField(default="")
+    created_at = peewee.DateTimeField(default=utcnow)
+    updated_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "monitors"
+        indexes = ((("status", "next_check_at"), False),)
+
+    @property
+    def wakes_left(self) -> int:
+        return max(self.max_wakes - self.wakes_used, 0)
+
+
+class MonitorRun(BaseModel):
+    """A check that found something: a change, a match or an error. Quiet checks write none."""
+    monitor = peewee.ForeignKeyField(Monitor, backref="runs", on_delete="CASCADE")
+    kind = peewee.CharField(max_length=20)
+    detail = peewee.TextField(default="")
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "monitor_runs"
+
+
+class Wake(BaseModel):
+    """One fact reported to the conversation; the unique key is what makes a wake happen once."""
+    monitor = peewee.ForeignKeyField(Monitor, backref="wakes", on_delete="CASCADE")
+    dedupe_key = peewee.CharField(max_length=200)
+    message = peewee.ForeignKeyField(Message, null=True, on_delete="SET NULL")
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "wakes"
+        indexes = ((("monitor", "dedupe_key"), True),)
+
+
+ALL_TABLES = [User, ApiToken, Conversation, Message, Monitor, MonitorRun, Wake]

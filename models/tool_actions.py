@@ -1,0 +1,72 @@
+"""The monitor tool's actions as an agent calls them: monitor_create, monitor_list, monitor_cancel.
+
+Each returns the result for the model or raises ToolError with one sentence saying what to fix.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from engine.http import Fetcher
+from engine.pipeline import BASELINE, Prior, run_check
+from engine.schedule import next_check_at
+from engine.spec import Limits, SpecError, channel_refusal, parse_create
+from models.db import iso
+from models.monitors import (
+    CANCELLED, MonitorNotFound, TransitionRefused, change_status, create_monitor, user_monitors,
+)
+from models.tables import Conversation, User
+
+
+class ToolError(ValueError):
+    """Something the model can fix or must relay; str() is the sentence for it."""
+
+
+def monitor_create(user: User, conversation: Conversation, arguments: object, limits: Limits,
+                   fetcher: Fetcher, max_text_bytes: int, now: datetime):
+    """Validate, take the baseline check, store the monitor. Returns (monitor, result)."""
+    refusal = channel_refusal(conversation.channel)
+    if refusal:
+        raise ToolError(refusal)
+    try:
+        spec, notes = parse_create(arguments, limits)
+    except SpecError as exc:
+        raise ToolError(str(exc)) from None
+    outcome = run_check(fetcher, spec.source, spec.check, Prior(), max_text_bytes)
+    if outcome.kind != BASELINE:
+        raise ToolError(f"The first check of {spec.source.url} failed, so no monitor was created: {outcome.error}")
+    if spec.check.type == "threshold" and outcome.verdict.state.get("holds"):
+        notes.append("The condition already holds now; it fires only after the value crosses back and "
+                     "then meets it again, so tell the user the current value.")
+    monitor = create_monitor(user, conversation, spec, outcome, now,
+                             next_check_at(now, spec.interval_seconds))
+    return monitor, {
+        "monitor_id": monitor.id, "status": monitor.status, "baseline": outcome.verdict.summary,
+        "next_check_at": iso(monitor.next_check_at), "expires_at": iso(monitor.expires_at),
+        "wakes_left": monitor.wakes_left, "notes": notes,
+    }
+
+
+def monitor_list(user: User, conversation: Conversation) -> dict:
+    return {"monitors": [_listed(m) for m in user_monitors(user, conversation)]}
+
+
+def monitor_cancel(user: User, conversation: Conversation, arguments: object):
+    """Cancel one of this conversation's monitors. Returns (monitor, result)."""
+    monitor_id = arguments.get("monitor_id") if isinstance(arguments, dict) else None
+    if not isinstance(monitor_id, str) or not monitor_id:
+        raise ToolError("monitor_cancel needs monitor_id: take it from monitor_list.")
+    if monitor_id not in {m.id for m in user_monitors(user, conversation)}:
+        raise ToolError(f"There is no monitor {monitor_id!r} in this conversation; call monitor_list to see its monitors.")
+    try:
+        monitor = change_status(user, monitor_id, "cancel")
+    except (MonitorNotFound, TransitionRefused) as exc:
+        raise ToolError(f"The monitor can't be cancelled: {exc}.") from None
+    return monitor, {"monitor_id": monitor.id, "status": CANCELLED}
+
+
+def _listed(monitor) -> dict:
+    return {"monitor_id": monitor.id, "description": monitor.description, "status": monitor.status,
+            "source": monitor.source, "check": monitor.check, "interval_seconds": monitor.interval_seconds,
+            "last_checked_at": iso(monitor.last_checked_at), "wakes_left": monitor.wakes_left,
+            "expires_at": iso(monitor.expires_at), "last_error": monitor.last_error or None}
