@@ -1,0 +1,11 @@
+"""The module `dramatiq` loads in a worker process: settings, database and broker from the environment."""
+
+from models.db import bind
+from tasks.broker import setup_broker
+from vigil.settings import Settings
+from vigil.logs import setup_logging
+
+settings = Settings.from_env()
+setup_logging(settings.LOG_LEVEL)
+bind(settings.DATABASE_URL)
+broker = setup_broker(settings)

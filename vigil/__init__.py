@@ -1,0 +1,1 @@
+"""Vigil: lets AI agents wait for things."""

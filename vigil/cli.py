@@ -1,0 +1,141 @@
+"""The `vigil` command: serve (all-in-one), web, worker, scheduler, migrate, user, token."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from vigil.settings import Settings, SettingsError
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+    except SettingsError as exc:
+        print(f"vigil: {exc}", file=sys.stderr)
+        return 2
+    from vigil.logs import setup_logging
+
+    setup_logging(settings.LOG_LEVEL)
+    return args.run(settings, args) or 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="vigil", description="Lets AI agents wait for things.")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    for name, run, text in (("serve", _serve, "web, worker and scheduler in one process (embedded defaults)"),
+                            ("web", _web, "the web tier only")):
+        command = commands.add_parser(name, help=text)
+        command.add_argument("--host", default="127.0.0.1")
+        command.add_argument("--port", type=int, default=8000)
+        command.set_defaults(run=run)
+    worker = commands.add_parser("worker", help="Dramatiq worker processes")
+    worker.add_argument("--processes", type=int, default=2)
+    worker.add_argument("--threads", type=int, default=8)
+    worker.set_defaults(run=_worker)
+    commands.add_parser("scheduler", help="the loop that enqueues due checks").set_defaults(run=_scheduler)
+    commands.add_parser("migrate", help="create or update the schema").set_defaults(run=_migrate)
+    user = commands.add_parser("user", help="owner accounts").add_subparsers(required=True, metavar="ACTION")
+    create = user.add_parser("create", help="create an owner account")
+    create.add_argument("email")
+    create.add_argument("--password", required=True)
+    create.set_defaults(run=_user_create)
+    token = commands.add_parser("token", help="runtime tokens").add_subparsers(required=True, metavar="ACTION")
+    create = token.add_parser("create", help="create a runtime token; printed once, stored hashed")
+    create.add_argument("--user", required=True, dest="email")
+    create.add_argument("--label", default="")
+    create.set_defaults(run=_token_create)
+    return parser
+
+
+def _database(settings: Settings, migrate: bool = False):
+    from models import connection
+    from models.db import bind
+    from models.migrate import migrate as apply, pending
+
+    bind(settings.DATABASE_URL)
+    with connection():
+        if migrate:
+            return apply()
+        missing = pending()
+    if missing:
+        sys.exit(f"vigil: the database needs migrating ({', '.join(missing)}); run `vigil migrate` first")
+    return []
+
+
+def _embedded_db(settings: Settings) -> bool:
+    """The SQLite file is Vigil's own, so any command may create its schema."""
+    return settings.DATABASE_URL.startswith("sqlite:")
+
+
+def _migrate(settings: Settings, args) -> int:
+    applied = _database(settings, migrate=True)
+    print(f"applied {', '.join(applied)}" if applied else "the schema is up to date")
+    return 0
+
+
+def _user_create(settings: Settings, args) -> int:
+    from models import connection
+    from models.accounts import AccountError, create_user
+
+    _database(settings, migrate=_embedded_db(settings))
+    with connection():
+        try:
+            user = create_user(args.email, args.password)
+        except AccountError as exc:
+            print(f"vigil: {exc}", file=sys.stderr)
+            return 1
+    print(f"created {user.email}")
+    return 0
+
+
+def _token_create(settings: Settings, args) -> int:
+    from models import connection
+    from models.accounts import AccountError, create_token
+
+    _database(settings, migrate=_embedded_db(settings))
+    with connection():
+        try:
+            token = create_token(args.email, args.label)
+        except AccountError as exc:
+            print(f"vigil: {exc}", file=sys.stderr)
+            return 1
+    print("Runtime token (shown once; send it as Authorization: Bearer <token>):")
+    print(token)
+    return 0
+
+
+def _serve(settings: Settings, args) -> int:
+    from vigil.embedded import serve
+
+    _database(settings, migrate=True)
+    return serve(settings, args.host, args.port)
+
+
+def _web(settings: Settings, args) -> int:
+    from vigil.embedded import run_web
+    from tasks.broker import setup_broker
+
+    _database(settings)
+    setup_broker(settings)
+    return run_web(settings, args.host, args.port)
+
+
+def _worker(settings: Settings, args) -> int:
+    os.execvp(sys.executable, [sys.executable, "-m", "dramatiq", "tasks.main", "--processes",
+                               str(args.processes), "--threads", str(args.threads)])
+
+
+def _scheduler(settings: Settings, args) -> int:
+    from vigil.embedded import run_scheduler_forever
+    from tasks.broker import setup_broker
+
+    _database(settings)
+    setup_broker(settings)
+    return run_scheduler_forever(settings)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

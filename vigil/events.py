@@ -1,0 +1,89 @@
+"""Event fan-out to each user's open streams: in-process when embedded, Redis pub/sub in production.
+
+Events are small JSON objects; pages turn them into HTML themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+log = logging.getLogger(__name__)
+_CHANNEL = "vigil:events:user:{}"
+
+
+class LocalBus:
+    """Fan-out inside one process; publish is safe from any thread."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._subscribers: dict[int, set[tuple[asyncio.AbstractEventLoop, asyncio.Queue]]] = {}
+
+    def publish(self, user_id: int, name: str, data: dict) -> None:
+        with self._lock:
+            targets = list(self._subscribers.get(user_id, ()))
+        for loop, queue in targets:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, (name, data))
+            except RuntimeError:  # the subscriber's loop has closed
+                pass
+
+    @asynccontextmanager
+    async def subscribe(self, user_id: int) -> AsyncIterator[asyncio.Queue]:
+        entry = (asyncio.get_running_loop(), asyncio.Queue(maxsize=1000))
+        with self._lock:
+            self._subscribers.setdefault(user_id, set()).add(entry)
+        try:
+            yield entry[1]
+        finally:
+            with self._lock:
+                self._subscribers.get(user_id, set()).discard(entry)
+
+
+class RedisBus:
+    """Fan-out across processes and machines through Redis pub/sub."""
+
+    def __init__(self, url: str) -> None:
+        import redis
+
+        self._url = url
+        self._client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+
+    def publish(self, user_id: int, name: str, data: dict) -> None:
+        try:
+            self._client.publish(_CHANNEL.format(user_id), json.dumps({"name": name, "data": data}))
+        except Exception as exc:  # an event lost to a Redis outage must not fail the check that made it
+            log.warning("event %s not published: %s", name, exc)
+
+    @asynccontextmanager
+    async def subscribe(self, user_id: int) -> AsyncIterator[asyncio.Queue]:
+        import redis.asyncio as aioredis
+
+        client = aioredis.Redis.from_url(self._url)
+        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        await pubsub.subscribe(_CHANNEL.format(user_id))
+        queue: asyncio.Queue = asyncio.Queue(maxsize=1000)
+        reader = asyncio.create_task(_pump(pubsub, queue))
+        try:
+            yield queue
+        finally:
+            reader.cancel()
+            await pubsub.aclose()
+            await client.aclose()
+
+
+async def _pump(pubsub, queue: asyncio.Queue) -> None:
+    async for message in pubsub.listen():
+        try:
+            event = json.loads(message["data"])
+            queue.put_nowait((event["name"], event["data"]))
+        except (ValueError, KeyError, asyncio.QueueFull):
+            continue
+
+
+def make_bus(redis_url: str):
+    return RedisBus(redis_url) if redis_url else LocalBus()

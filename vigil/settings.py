@@ -1,0 +1,124 @@
+"""Every setting, read from the environment once per entrypoint and passed down.
+
+Each field is named like its environment variable; `docs/settings.md` lists them all.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+
+class SettingsError(ValueError):
+    """A setting has a value Vigil cannot use; the message names it."""
+
+
+def _bool(name: str, raw: str) -> bool:
+    low = raw.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise SettingsError(f"{name} must be true or false, not {raw!r}")
+
+
+def _int(name: str, raw: str) -> int:
+    try:
+        return int(raw.strip().replace("_", ""))
+    except ValueError:
+        raise SettingsError(f"{name} must be a whole number, not {raw!r}") from None
+
+
+def _float(name: str, raw: str) -> float:
+    try:
+        return float(raw.strip())
+    except ValueError:
+        raise SettingsError(f"{name} must be a number, not {raw!r}") from None
+
+
+@dataclass(frozen=True)
+class Settings:
+    VIGIL_DATA_DIR: str = "./var"
+    """Where the embedded SQLite file and the generated secret key live. Default ./var."""
+    DATABASE_URL: str = ""
+    """postgresql://… in production; default sqlite:///$VIGIL_DATA_DIR/vigil.db."""
+    REDIS_URL: str = ""
+    """redis://… in production (broker, events, rate limits); default empty: in-process."""
+    SECRET_KEY: str = ""
+    """Signs sessions and keys encryption. Default: generated once into $VIGIL_DATA_DIR/secret_key."""
+    MONITORS_ENABLED: bool = True
+    """Turns the monitor tool on. Default true."""
+    MONITOR_DEFAULT_INTERVAL_SECONDS: int = 900
+    """Check interval when monitor_create gives none. Default 900."""
+    MONITOR_MIN_INTERVAL_SECONDS: int = 300
+    """Shorter intervals are raised to this, with a note. Default 300."""
+    MONITOR_DEFAULT_TTL_SECONDS: int = 7 * 86400
+    """Lifetime when monitor_create gives no expires_in. Default 604800 (7 days)."""
+    MONITOR_MAX_TTL_SECONDS: int = 30 * 86400
+    """Longer lifetimes are capped to this, with a note. Default 2592000 (30 days)."""
+    MONITOR_MAX_WAKES: int = 20
+    """Highest max_wakes a monitor may ask for; more is capped with a note. Default 20."""
+    FETCH_TIMEOUT_SECONDS: float = 30.0
+    """Overall deadline of one fetch. Default 30."""
+    FETCH_MAX_BYTES: int = 1024 * 1024
+    """A fetched body is cut at this size. Default 1048576 (1 MiB)."""
+    FETCH_MAX_TEXT_BYTES: int = 256 * 1024
+    """Normalized text is cut at this size. Default 262144 (256 KiB)."""
+    FETCH_ALLOW_LOOPBACK: bool = False
+    """Allow sources on 127.0.0.0/8 and ::1 (tests, local dashboards). Default false."""
+    SCHEDULER_TICK_SECONDS: float = 1.0
+    """How often the scheduler looks for due monitors. Default 1."""
+    SCHEDULER_BATCH_SIZE: int = 500
+    """Most monitors claimed in one tick. Default 500."""
+    WORKER_THREADS: int = 4
+    """Worker threads of the embedded (vigil serve) worker. Default 4."""
+    SESSION_COOKIE_SECURE: bool = False
+    """Send the session cookie over HTTPS only; turn on behind TLS. Default false."""
+    LOG_LEVEL: str = "INFO"
+    """Python logging level. Default INFO."""
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
+        env = dict(os.environ if env is None else env)
+        values = {}
+        for f in fields(cls):
+            if f.name in env:
+                values[f.name] = _parse(f.name, f.type, env[f.name])
+        settings = cls(**values)
+        return settings.with_defaults()
+
+    def with_defaults(self) -> "Settings":
+        """Fill the defaults that depend on other settings (database file, secret key)."""
+        data_dir = Path(self.VIGIL_DATA_DIR)
+        changes = {}
+        if not self.DATABASE_URL:
+            changes["DATABASE_URL"] = f"sqlite:///{(data_dir / 'vigil.db').resolve()}"
+        if not self.SECRET_KEY:
+            changes["SECRET_KEY"] = _stored_secret(data_dir)
+        if self.MONITOR_MIN_INTERVAL_SECONDS < 1:
+            raise SettingsError("MONITOR_MIN_INTERVAL_SECONDS must be at least 1")
+        return replace(self, **changes) if changes else self
+
+    @property
+    def embedded(self) -> bool:
+        """No Redis: broker, events and rate limits stay in this process."""
+        return not self.REDIS_URL
+
+
+def _parse(name: str, kind: str, raw: str):
+    parser = {"bool": _bool, "int": _int, "float": _float}.get(kind)
+    return parser(name, raw) if parser else raw
+
+
+def _stored_secret(data_dir: Path) -> str:
+    path = data_dir / "secret_key"
+    if path.exists():
+        return path.read_text().strip()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    key = secrets.token_urlsafe(48)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key)
+    return key
