@@ -1,0 +1,41 @@
+"""The Litestar app: tool endpoint, REST API, pages and event streams."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from litestar import Litestar, get
+from litestar.middleware.session.client_side import CookieBackendConfig
+from litestar.plugins.jinja import JinjaTemplateEngine
+from litestar.static_files import create_static_files_router
+from litestar.template.config import TemplateConfig
+
+from app.conversations_api import ConversationsController
+from app.events import EventsController
+from app.monitors_api import MonitorsController
+from app.pages import PagesController
+from app.templating import env
+from app.tool import ToolController
+from vigil.settings import Settings
+
+STATIC = Path(__file__).parent / "static"
+
+
+@get("/healthz", sync_to_thread=False)
+def healthz() -> dict:
+    return {"ok": True}
+
+
+def create_app(settings: Settings) -> Litestar:
+    """The web app; the caller has bound the database and configured tasks.runtime."""
+    session = CookieBackendConfig(secret=hashlib.sha256(f"session:{settings.SECRET_KEY}".encode()).digest(),
+                                  key="vigil_session", httponly=True, samesite="lax",
+                                  secure=settings.SESSION_COOKIE_SECURE)
+    return Litestar(
+        route_handlers=[ToolController, ConversationsController, MonitorsController, EventsController,
+                        PagesController, healthz,
+                        create_static_files_router(path="/static", directories=[STATIC])],
+        middleware=[session.middleware],
+        template_config=TemplateConfig(instance=JinjaTemplateEngine.from_environment(env)),
+    )

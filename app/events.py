@@ -1,0 +1,85 @@
+"""The signed-in user's event streams: JSON for scripts (/api/events), HTML fragments for pages (/ui/events)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+
+from litestar import Controller, Request, get
+from litestar.concurrency import sync_to_thread
+from litestar.exceptions import NotAuthorizedException
+from litestar.response import ServerSentEvent, ServerSentEventMessage
+
+from app.auth import api_user, session_user
+from app.templating import render
+from models import connection
+from models.conversations import find_conversation, is_watching
+from models.monitors import load_for_check
+from models.tables import Message
+from tasks.runtime import current
+
+#: A comment line this often keeps proxies from closing an idle stream.
+KEEPALIVE_SECONDS = 15.0
+
+
+class EventsController(Controller):
+    @get("/api/events")
+    async def api_events(self, request: Request) -> ServerSentEvent:
+        user, _ = await sync_to_thread(api_user, request)
+        return _stream(user, _as_json)
+
+    @get("/ui/events")
+    async def ui_events(self, request: Request) -> ServerSentEvent:
+        user = await sync_to_thread(session_user, request)
+        if user is None:
+            raise NotAuthorizedException("Sign in to follow your monitors.")
+        return _stream(user, lambda name, data: _as_html(user, name, data))
+
+
+def _stream(user, translate: Callable) -> ServerSentEvent:
+    async def events() -> AsyncIterator[ServerSentEventMessage]:
+        yield ServerSentEventMessage(comment="connected", data=None)
+        async with current().bus.subscribe(user.id) as queue:
+            while True:
+                try:
+                    name, data = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
+                except asyncio.TimeoutError:
+                    yield ServerSentEventMessage(comment="keep-alive", data=None)
+                    continue
+                for message in await translate(name, data):
+                    yield message
+
+    return ServerSentEvent(events(), headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+async def _as_json(name: str, data: dict) -> list[ServerSentEventMessage]:
+    return [ServerSentEventMessage(event=name, data=json.dumps(data))]
+
+
+async def _as_html(user, name: str, data: dict) -> list[ServerSentEventMessage]:
+    html = await sync_to_thread(_fragments, user, name, data)
+    return [ServerSentEventMessage(event=event, data=body) for event, body in html]
+
+
+def _fragments(user, name: str, data: dict) -> list[tuple[str, str]]:
+    """The partials an event refreshes, each named like its element id."""
+    with connection():
+        conversation = find_conversation(user, data.get("conversation_id", ""))
+        if conversation is None:
+            return []
+        if name == "monitor.updated":
+            monitor = load_for_check(data["monitor_id"])
+            if monitor is None:
+                return []
+            return [(f"monitor-{monitor.id}", render("partials/_monitor_row.html", monitor=monitor))]
+        if name == "conversation.updated":
+            conversation.watching = is_watching(conversation.id)
+            return [(f"conversation-{conversation.id}",
+                     render("partials/_conversation_item.html", conversation=conversation))]
+        if name == "message.created":
+            message = Message.get_or_none(Message.id == data["id"])
+            if message is None:
+                return []
+            return [(f"messages-{conversation.id}", render("partials/_message.html", message=message))]
+    return []

@@ -1,0 +1,54 @@
+"""GET /api/monitors and POST /api/monitors/{id}/pause|resume|cancel, for scripts and the page's buttons."""
+
+from __future__ import annotations
+
+from litestar import Controller, Request, Response, get, post
+from litestar.exceptions import NotFoundException, ValidationException
+from litestar.params import FromPath, FromQuery
+
+from app.auth import api_user, check_csrf
+from app.templating import render
+from models import connection
+from models.conversations import find_conversation
+from models.monitors import MonitorNotFound, TransitionRefused, change_status, monitor_json, user_monitors
+from tasks.events import publish_monitor
+
+ACTIONS = ("pause", "resume", "cancel")
+
+
+class MonitorsController(Controller):
+    path = "/api/monitors"
+
+    @get("/", sync_to_thread=True)
+    def list_monitors(self, request: Request, conversation_id: FromQuery[str | None] = None,
+                      status: FromQuery[str | None] = None) -> dict:
+        if status not in (None, "live", "all"):
+            raise ValidationException("status must be live or all.")
+        user, _ = api_user(request)
+        with connection():
+            conversation = find_conversation(user, conversation_id) if conversation_id else None
+            if conversation_id and conversation is None:
+                return {"monitors": []}
+            monitors = user_monitors(user, conversation, live=status == "live")
+            return {"monitors": [monitor_json(m) for m in monitors]}
+
+    @post("/{monitor_id:str}/{action:str}", status_code=200, sync_to_thread=True)
+    def act(self, request: Request, monitor_id: FromPath[str], action: FromPath[str]) -> Response:
+        if action not in ACTIONS:
+            raise NotFoundException(f"Unknown action {action!r}; use pause, resume or cancel.")
+        user, from_session = api_user(request)
+        if from_session:
+            check_csrf(request, None)
+        with connection():
+            try:
+                monitor = change_status(user, monitor_id, action)
+            except MonitorNotFound:
+                raise NotFoundException("No such monitor.") from None
+            except TransitionRefused as exc:
+                return Response({"detail": f"{str(exc)[:1].upper()}{str(exc)[1:]}.", "status_code": 409},
+                                status_code=409)
+            publish_monitor(monitor)
+            if request.headers.get("hx-request"):
+                return Response(render("partials/_monitor_row.html", monitor=monitor),
+                                media_type="text/html")
+            return Response(monitor_json(monitor))

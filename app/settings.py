@@ -1,0 +1,12 @@
+"""Settings as the web app reads them."""
+
+from engine.spec import Limits
+from vigil.settings import Settings
+
+
+def limits_from(settings: Settings) -> Limits:
+    return Limits(default_interval=settings.MONITOR_DEFAULT_INTERVAL_SECONDS,
+                  min_interval=settings.MONITOR_MIN_INTERVAL_SECONDS,
+                  default_ttl=settings.MONITOR_DEFAULT_TTL_SECONDS,
+                  max_ttl=settings.MONITOR_MAX_TTL_SECONDS,
+                  max_wakes=settings.MONITOR_MAX_WAKES)

@@ -1,0 +1,45 @@
+"""One Jinja environment for pages, HTMX swaps and the HTML sent over the page event stream."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+from engine.durations import describe_duration
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+def _when(value: datetime | None) -> str:
+    if value is None:
+        return "never"
+    return value.replace(tzinfo=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _watching(monitor) -> str:
+    source = monitor.source or {}
+    where = source.get("url", "")
+    if source.get("selector"):
+        where += f" ({source['selector']})"
+    return where
+
+
+def _check(monitor) -> str:
+    check = monitor.check or {}
+    if check.get("type") == "threshold":
+        from engine.checks import OP_NAMES, format_number
+
+        path = f"{check['value_path']} " if check.get("value_path") else ""
+        return f"{path}{OP_NAMES.get(check['op'], check['op'])} {format_number(check['value'])}"
+    return "any change"
+
+
+env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]),
+                  trim_blocks=True, lstrip_blocks=True)
+env.filters.update(when=_when, every=describe_duration, watching=_watching, check=_check)
+
+
+def render(name: str, **context) -> str:
+    return env.get_template(name).render(**context)
