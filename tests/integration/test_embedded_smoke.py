@@ -1,0 +1,90 @@
+"""What a newcomer runs first: `vigil serve` on SQLite with nothing else installed, from creation to wake."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import requests
+
+from tests.processes import free_port, start, stop, vigil, wait_healthy, VIGIL
+
+
+@pytest.fixture()
+def embedded(tmp_path):
+    env = {"VIGIL_DATA_DIR": str(tmp_path / "data"), "FETCH_ALLOW_LOOPBACK": "true",
+           "MONITOR_MIN_INTERVAL_SECONDS": "1", "SCHEDULER_TICK_SECONDS": "0.2",
+           "DATABASE_URL": "", "REDIS_URL": ""}
+    port = free_port()
+    log = tmp_path / "serve.log"
+    process = start([VIGIL, "serve", "--port", str(port)], env, log)
+    base = f"http://127.0.0.1:{port}"
+    wait_healthy(base, process, log)
+    yield base, env, process, log
+    stop(process)
+
+
+def collect_events(base: str, token: str, into: list, ready: threading.Event) -> None:
+    try:
+        read_events(base, token, into, ready)
+    except requests.RequestException:
+        pass  # the server went away at the end of the test
+
+
+def read_events(base: str, token: str, into: list, ready: threading.Event) -> None:
+    with requests.get(f"{base}/api/events", headers={"Authorization": f"Bearer {token}"}, stream=True,
+                      timeout=(5, 60)) as response:
+        event = None
+        for line in response.iter_lines(decode_unicode=True):
+            if line.startswith(": connected"):
+                ready.set()
+            elif line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: ") and event:
+                into.append((event, json.loads(line[6:])))
+
+
+def test_embedded_mode_creates_checks_and_wakes(embedded, pages, tmp_path):
+    base, env, process, log = embedded
+    assert "No account yet" in log.read_text() and "vigil token create" in log.read_text()
+    vigil("user", "create", "me@example.com", "--password", "a-good-password", env=env)
+    token = vigil("token", "create", "--user", "me@example.com", env=env).strip().splitlines()[-1]
+    assert token.startswith("vgl_")
+    assert "vigil.db" in "".join(p.name for p in (tmp_path / "data").iterdir())
+
+    events: list = []
+    ready = threading.Event()
+    threading.Thread(target=collect_events, args=(base, token, events, ready), daemon=True).start()
+    assert ready.wait(10), "the event stream did not open"
+
+    url = pages.set("/status", "<h1>Deploy</h1><p>running</p>")
+    created = requests.post(f"{base}/api/tool/monitor", headers={"Authorization": f"Bearer {token}"}, json={
+        "action": "monitor_create", "context": {"conversation_id": "laptop-1", "channel": "chat"},
+        "arguments": {"description": "the deploy finishes", "source": {"type": "page", "url": url},
+                      "interval": "1s"}}).json()
+    assert created["ok"] and created["result"]["baseline"].startswith("currently: Deploy")
+    monitor_id = created["result"]["monitor_id"]
+
+    wait_for(lambda: sum(1 for name, data in events if name == "monitor.updated"
+                         and data["monitor_id"] == monitor_id and data["check_count"] >= 3))
+    pages.set("/status", "<h1>Deploy</h1><p>finished</p>")
+    messages = wait_for(lambda: requests.get(f"{base}/api/conversations/laptop-1/messages?after=0",
+                                             headers={"Authorization": f"Bearer {token}"}).json()["messages"])
+    [wake] = messages
+    assert "+ finished" in wake["content"] and wake["metadata"]["wake"]["ref_id"] == monitor_id
+    done = wait_for(lambda: [d for n, d in events if n == "monitor.updated" and d["status"] == "done"])
+    assert done[0]["wakes_left"] == 0 and done[0]["conversation_id"] == "laptop-1"
+    assert any(name == "message.created" and data["id"] == wake["id"] for name, data in events)
+    assert stop(process) == 0, "SIGTERM with an open event stream must still end the server cleanly"
+
+
+def wait_for(probe, timeout: float = 30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError("timed out waiting")

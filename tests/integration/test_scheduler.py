@@ -1,0 +1,79 @@
+"""The scheduler's claim on PostgreSQL: many schedulers at once, each due monitor checked once; expiry."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import timedelta
+
+from models import database, utcnow
+from models.conversations import conversation_for
+from models.monitors import claim_due
+from models.tables import Message, Monitor
+from tasks.scheduler import tick
+from tests.integration.helpers import db
+
+
+def seed_monitors(user, count: int, due_in: int = -1, expires_in: int = 3600) -> list[str]:
+    now = utcnow()
+    with db():
+        conversation = conversation_for(user, f"sched-{uuid.uuid4().hex[:6]}", "chat", "")
+        rows = [dict(id=uuid.uuid4().hex, user=user.id, conversation=conversation.id, description=f"m{i}",
+                     source={"type": "page", "url": "http://127.0.0.1:9/"}, check={"type": "change"},
+                     interval_seconds=300, next_check_at=now + timedelta(seconds=due_in),
+                     expires_at=now + timedelta(seconds=expires_in), created_at=now, updated_at=now,
+                     check_state={"text": ""})
+                for i in range(count)]
+        Monitor.insert_many(rows).execute()
+    return [row["id"] for row in rows]
+
+
+def test_two_schedulers_at_once_claim_each_due_monitor_once(owner):
+    ids = seed_monitors(owner[0], 300)
+    seed_monitors(owner[0], 20, due_in=600)  # not yet due
+    claimed: list[list[str]] = [[], [], []]
+    start = threading.Barrier(3)
+
+    def scheduler(slot: int) -> None:
+        with database.connection_context():
+            start.wait()
+            while True:
+                batch = claim_due(utcnow(), 25)
+                if not batch:
+                    return
+                claimed[slot].extend(monitor_id for monitor_id, _ in batch)
+
+    threads = [threading.Thread(target=scheduler, args=(i,)) for i in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    everything = claimed[0] + claimed[1] + claimed[2]
+    assert sorted(everything) == sorted(ids), "every due monitor claimed, none twice, none early"
+    assert sum(1 for part in claimed if part) >= 2, "both schedulers should have taken a share"
+
+
+def test_claim_skips_paused_expired_and_leases(owner):
+    due = seed_monitors(owner[0], 3)
+    with db():
+        Monitor.update(status="paused").where(Monitor.id == due[0]).execute()
+        Monitor.update(expires_at=utcnow() - timedelta(seconds=1)).where(Monitor.id == due[1]).execute()
+        first = claim_due(utcnow(), 10)
+        assert [monitor_id for monitor_id, _ in first] == [due[2]]
+        assert claim_due(utcnow(), 10) == []
+        lease = Monitor.get_by_id(due[2]).next_check_at
+    assert lease >= utcnow() + timedelta(seconds=290)
+
+
+def test_expiry_without_firing_tells_the_conversation_once(owner, broker):
+    [monitor_id] = seed_monitors(owner[0], 1, due_in=600, expires_in=60)
+    later = utcnow() + timedelta(seconds=120)
+    with db():
+        tick(later, 100)
+        tick(later, 100)
+        monitor = Monitor.get_by_id(monitor_id)
+        messages = list(Message.select().where(Message.conversation == monitor.conversation_id))
+    assert monitor.status == "expired"
+    [message] = messages
+    assert message.metadata["wake"]["source"] == "monitor_expired"
+    assert "expired without firing" in message.content

@@ -1,0 +1,66 @@
+"""Real HTTP servers on 127.0.0.1 that tests use as watched sources."""
+
+from __future__ import annotations
+
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class PageServer:
+    """Serves pages that a test sets and changes; counts the requests it answers."""
+
+    def __init__(self) -> None:
+        self.pages: dict[str, tuple[int, str, bytes]] = {}
+        self.hits: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+    def set(self, path: str, body: str | bytes, content_type: str = "text/html; charset=utf-8",
+            status: int = 200) -> str:
+        raw = body.encode("utf-8") if isinstance(body, str) else body
+        with self._lock:
+            self.pages[path] = (status, content_type, raw)
+        return self.url(path)
+
+    def set_json(self, path: str, body: str) -> str:
+        return self.set(path, body, "application/json")
+
+    def start(self) -> "PageServer":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def answer(self, path: str) -> tuple[int, str, bytes]:
+        with self._lock:
+            self.hits[path] = self.hits.get(path, 0) + 1
+            return self.pages.get(path, (404, "text/plain", b"not found"))
+
+
+def _handler(server: PageServer):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_GET(self) -> None:
+            status, content_type, body = server.answer(self.path)
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args) -> None:
+            pass
+
+    return Handler
