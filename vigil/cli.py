@@ -77,34 +77,38 @@ def _migrate(settings: Settings, args) -> int:
 
 
 def _user_create(settings: Settings, args) -> int:
-    from models import connection
-    from models.accounts import AccountError, create_user
+    from models.accounts import create_user
 
-    _database(settings, migrate=_embedded_db(settings))
-    with connection():
-        try:
-            user = create_user(args.email, args.password)
-        except AccountError as exc:
-            print(f"vigil: {exc}", file=sys.stderr)
-            return 1
+    user = _account_command(settings, create_user, args.email, args.password)
+    if user is None:
+        return 1
     print(f"created {user.email}")
     return 0
 
 
 def _token_create(settings: Settings, args) -> int:
+    from models.accounts import create_token
+
+    token = _account_command(settings, create_token, args.email, args.label)
+    if token is None:
+        return 1
+    print("Runtime token (shown once; send it as Authorization: Bearer <token>):")
+    print(token)
+    return 0
+
+
+def _account_command(settings: Settings, operation, *args):
+    """Run an account operation in its own connection; None (and a message) when it is refused."""
     from models import connection
-    from models.accounts import AccountError, create_token
+    from models.accounts import AccountError
 
     _database(settings, migrate=_embedded_db(settings))
     with connection():
         try:
-            token = create_token(args.email, args.label)
+            return operation(*args)
         except AccountError as exc:
             print(f"vigil: {exc}", file=sys.stderr)
-            return 1
-    print("Runtime token (shown once; send it as Authorization: Bearer <token>):")
-    print(token)
-    return 0
+            return None
 
 
 def _serve(settings: Settings, args) -> int:

@@ -93,15 +93,15 @@ def client(settings, broker):
 
 @pytest.fixture()
 def owner(postgres):
-    with postgres.connection_context():
-        user = create_user("owner@example.com", "owner-password")
-        token = create_token(user.email)
-    return user, token
+    return _account(postgres, "owner@example.com", "owner-password")
 
 
 @pytest.fixture()
 def stranger(postgres):
+    return _account(postgres, "stranger@example.com", "stranger-password")
+
+
+def _account(postgres, email: str, password: str):
+    """A user and a runtime token of theirs."""
     with postgres.connection_context():
-        user = create_user("stranger@example.com", "stranger-password")
-        token = create_token(user.email)
-    return user, token
+        return create_user(email, password), create_token(email)
