@@ -11,8 +11,7 @@ PAGE = b"""<!doctype html>
 <body>
   <noscript>Please enable JavaScript</noscript>
   <h1>   Big     title   </h1>
-  <p>First
-     paragraph\t\twith   spaces</p>
+  <p>   First paragraph\t\twith   spaces\r  </p>
   <div id="price"><span>Price:</span> $95.10</div>
   <div class="status">In stock</div>
   <script>document.write("more script")</script>

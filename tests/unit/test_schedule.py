@@ -1,0 +1,76 @@
+import random
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from engine.schedule import BUSY_MINUTES, next_check_at, off_busy_minutes
+
+
+class FixedJitter(random.Random):
+    """A Random whose jitter is always `offset` seconds."""
+
+    def __init__(self, offset: float):
+        super().__init__(0)
+        self.offset = offset
+
+    def uniform(self, a, b):
+        return self.offset
+
+
+def test_next_check_at_over_random_times_and_intervals():
+    rng = random.Random(20240601)
+    start = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    for _ in range(10_000):
+        now = start + timedelta(seconds=rng.uniform(0, 400 * 86400))
+        interval = rng.randint(60, 86400)
+        at = next_check_at(now, interval, rng)
+        assert at.minute not in BUSY_MINUTES, (now, interval, at)
+        assert at > now
+        waited = (at - now).total_seconds()
+        assert interval * 0.9 - 1e-6 <= waited <= interval * 1.1 + 60 + 1e-6, (now, interval, at)
+
+
+def test_next_check_at_is_reproducible_with_a_seed():
+    now = datetime(2024, 5, 5, 10, 10, 10)
+    first = [next_check_at(now, 900, random.Random(7)) for _ in range(3)]
+    assert len(set(first)) == 1
+
+
+def test_next_check_at_jitters_across_monitors():
+    now = datetime(2024, 5, 5, 10, 10, 10)
+    rng = random.Random(3)
+    assert len({next_check_at(now, 3600, rng) for _ in range(50)}) > 40
+
+
+def test_next_check_at_jitter_is_capped_for_long_intervals():
+    rng = random.Random(11)
+    now = datetime(2024, 5, 5, 10, 10, 10)
+    for _ in range(500):
+        waited = (next_check_at(now, 86400, rng) - now).total_seconds()
+        assert 86400 - 120 <= waited <= 86400 + 120 + 60
+
+
+def test_next_check_at_moves_a_time_on_the_half_hour_one_minute_later():
+    now = datetime(2024, 3, 1, 11, 45, 30)
+    assert next_check_at(now, 900, FixedJitter(0)) == datetime(2024, 3, 1, 12, 1, 30)
+
+
+def test_next_check_at_leaves_a_quiet_minute_alone():
+    now = datetime(2024, 3, 1, 11, 45, 30)
+    assert next_check_at(now, 600, FixedJitter(0)) == datetime(2024, 3, 1, 11, 55, 30)
+
+
+@pytest.mark.parametrize("when, moved", [
+    (datetime(2024, 3, 1, 12, 0, 30), datetime(2024, 3, 1, 12, 1, 30)),
+    (datetime(2024, 3, 1, 12, 0, 0), datetime(2024, 3, 1, 12, 1, 0)),
+    (datetime(2024, 3, 1, 12, 30, 59), datetime(2024, 3, 1, 12, 31, 59)),
+    (datetime(2024, 3, 1, 23, 0, 5, tzinfo=timezone.utc), datetime(2024, 3, 1, 23, 1, 5, tzinfo=timezone.utc)),
+])
+def test_off_busy_minutes_moves_busy_minutes(when, moved):
+    assert off_busy_minutes(when) == moved
+
+
+@pytest.mark.parametrize("when", [datetime(2024, 3, 1, 12, 1, 0), datetime(2024, 3, 1, 12, 29, 59),
+                                  datetime(2024, 3, 1, 12, 31, 0), datetime(2024, 3, 1, 12, 59, 59)])
+def test_off_busy_minutes_leaves_other_minutes(when):
+    assert off_busy_minutes(when) == when
