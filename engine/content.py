@@ -7,9 +7,17 @@ import json
 import re
 from dataclasses import dataclass
 
-from bs4 import BeautifulSoup
+from bs4 import BeautifulSoup, NavigableString, Tag
+from bs4.element import CData, PreformattedString
 
 _HIDDEN_TAGS = ("script", "style", "noscript", "template", "svg", "head")
+#: Elements that start a new line of readable text; everything else flows inline.
+_BLOCKS = frozenset({
+    "address", "article", "aside", "blockquote", "br", "dd", "details", "dialog", "div", "dl", "dt",
+    "fieldset", "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header",
+    "hr", "li", "main", "nav", "ol", "p", "pre", "section", "summary", "table", "tbody", "td", "tfoot",
+    "th", "thead", "title", "tr", "ul", "body", "html"})
+_ANY_SPACE = re.compile(r"\s+")
 _BLANK_RUNS = re.compile(r"\n{3,}")
 _SPACES = re.compile(r"[ \t\r\f\v]+")
 
@@ -39,13 +47,34 @@ def html_to_text(body: bytes | str, selector: str | None = None, max_bytes: int 
     for tag in soup(_HIDDEN_TAGS):
         tag.decompose()
     if selector:
-        parts = soup.select(selector)
+        parts = outermost(soup.select(selector))
         if not parts:
             raise ContentError(f"the selector '{selector}' matches nothing on the page")
-        text = "\n\n".join(p.get_text("\n", strip=True) for p in parts)
+        text = "\n\n".join(tidy(readable(part)) for part in parts)
     else:
-        text = soup.get_text("\n", strip=True)
+        text = readable(soup)
     return cut_text(tidy(text), max_bytes)
+
+
+def readable(root: Tag) -> str:
+    """Text as a reader sees it: source line breaks are spaces, block elements start lines, <pre> kept."""
+    has_pre = root.find("pre") is not None
+    out: list[str] = []
+    for node in root.descendants:
+        if isinstance(node, Tag):
+            if node.name in _BLOCKS:
+                out.append("\n")
+        elif isinstance(node, NavigableString) and (not isinstance(node, PreformattedString)
+                                                    or isinstance(node, CData)):
+            keep = has_pre and node.find_parent("pre") is not None
+            out.append(str(node) if keep else _ANY_SPACE.sub(" ", str(node)))
+    return "".join(out)
+
+
+def outermost(parts: list[Tag]) -> list[Tag]:
+    """Matches that are not inside another match, so nested matches are read once."""
+    chosen = {id(part) for part in parts}
+    return [part for part in parts if not any(id(parent) in chosen for parent in part.parents)]
 
 
 def json_content(body: bytes | str, max_bytes: int = 256 * 1024) -> Content:

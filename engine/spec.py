@@ -13,6 +13,7 @@ from engine.http import BlockedURL, check_url
 from engine.paths import PathError, parse_path
 
 SOURCE_TYPES = ("page", "json")
+_CHECK_FIELDS = {"change": {"type"}, "threshold": {"type", "op", "value", "value_path"}}
 ARGUMENTS = ("description", "source", "check", "on_match", "interval", "expires_in", "max_wakes")
 
 #: Channels whose conversations a wake cannot resume, and why (seed 000, "Where it works").
@@ -116,9 +117,13 @@ def parse_check(check: object) -> CheckSpec:
         return CheckSpec()
     if not isinstance(check, dict):
         raise SpecError('check must be an object like {"type": "change"}.')
-    kind = check.get("type", "change")
+    kind = check.get("type")
     if kind not in CHECK_TYPES:
         raise SpecError(f"check.type must be one of {', '.join(CHECK_TYPES)} (got {kind!r}).")
+    allowed = _CHECK_FIELDS[kind]
+    extra = sorted(set(check) - allowed)
+    if extra:
+        raise SpecError(f"check has an unknown field '{extra[0]}'; a {kind} check takes {', '.join(sorted(allowed))}.")
     if kind == "change":
         return CheckSpec()
     op = normalize_op(check.get("op"))
@@ -171,12 +176,17 @@ def _number(raw: object) -> float:
     return value
 
 
+_TEXT_PURPOSE = {"description": "a short sentence saying what this monitor waits for",
+                 "on_match": "what you should do when the monitor wakes you"}
+
+
 def _text(arguments: dict, name: str, *, required: bool, limit: int) -> str:
     value = arguments.get(name)
     if value is None and not required:
         return ""
     if not isinstance(value, str) or (required and not value.strip()):
-        raise SpecError(f"{name} is required: a short sentence saying what this monitor waits for.")
+        need = "is required" if required else "must be text"
+        raise SpecError(f"{name} {need}: {_TEXT_PURPOSE[name]}.")
     if len(value) > limit:
         raise SpecError(f"{name} is too long ({len(value)} characters); keep it under {limit}.")
     return value.strip()
@@ -192,6 +202,10 @@ def _interval(raw: object, limits: Limits, notes: list[str]) -> int:
         notes.append(f"The interval was raised from {describe_duration(seconds)} to the minimum of "
                      f"{describe_duration(limits.min_interval)}.")
         return limits.min_interval
+    if seconds > limits.max_ttl:
+        notes.append(f"The interval was lowered from {describe_duration(seconds)} to "
+                     f"{describe_duration(limits.max_ttl)}, the longest a monitor may live.")
+        return limits.max_ttl
     return seconds
 
 

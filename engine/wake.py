@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 from engine.content import excerpt
 
 #: Found text is capped before it is queued, like a tool result in a chat.
@@ -21,15 +23,18 @@ def wake_text(description: str, found: str, on_match: str, *, last: bool) -> str
 
 
 def clean_found(found: str) -> str:
-    """Control characters stripped and size capped."""
-    kept = "".join(ch for ch in found if ch in "\n\t" or ch.isprintable())
+    """Control characters stripped, odd spaces made plain, the fence markers defused, size capped."""
+    kept = "".join(_plain(ch) for ch in found.replace("\r\n", "\n"))
+    kept = kept.replace(">>>", "> > >").replace("<<<", "< < <")
     return kept if len(kept) <= MAX_FOUND_CHARS else kept[: MAX_FOUND_CHARS - 1] + "…"
+
+
+def _plain(ch: str) -> str:
+    if ch in "\n\t" or ch.isprintable():
+        return ch
+    return " " if unicodedata.category(ch) == "Zs" else ""
 
 
 def expired_text(description: str) -> str:
     return (f"Monitor expired without firing: {description}. Nothing matched before it ran out of "
             "time; tell the user, and offer to watch again if it still matters.")
-
-
-def summary_line(description: str, found: str) -> str:
-    return f"{description}: {excerpt(found, 160)}"

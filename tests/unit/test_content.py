@@ -45,7 +45,7 @@ def test_html_to_text_never_leaves_runs_of_blank_lines():
 
 
 def test_html_to_text_selector_picks_only_the_matching_parts():
-    assert html_to_text(PAGE, "#price") == "Price:\n$95.10"
+    assert html_to_text(PAGE, "#price") == "Price: $95.10"
     assert html_to_text(PAGE, ".status") == "In stock"
 
 
@@ -154,3 +154,28 @@ def test_excerpt_flattens_and_caps():
     assert excerpt("a\n  b\tc") == "a b c"
     long = excerpt("word " * 100, 20)
     assert len(long) == 20 and long.endswith("…")
+
+
+def test_html_to_text_keeps_inline_elements_on_one_line():
+    html = "<p>Price:\n   <b>95.10</b>\n USD</p><p>Next</p><pre>a\n  b</pre>"
+    assert html_to_text(html) == "Price: 95.10 USD\nNext\na\nb"  # <pre> keeps its lines
+
+
+def test_html_to_text_rewrapped_markup_reads_the_same():
+    one = "<div><p>First paragraph of the notes</p></div>"
+    two = "<div>\n  <p>First\n     paragraph of\n the notes</p>\n</div>"
+    assert html_to_text(one) == html_to_text(two) == "First paragraph of the notes"
+
+
+def test_html_to_text_nested_matches_are_read_once():
+    html = "<div class='x'>outer <div class='x'>inner</div></div>"
+    assert html_to_text(html, ".x") == "outer\ninner"
+
+
+def test_html_to_text_deeply_nested_selector_matches_stay_fast():
+    import time
+
+    html = "<div>" * 3000 + "deep" + "</div>" * 3000
+    start = time.process_time()
+    assert html_to_text(html, "div") == "deep"
+    assert time.process_time() - start < 20  # quadratic get_text per match took minutes

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from engine.checks import CheckSpec
@@ -236,3 +238,26 @@ def test_channel_refusal_explains_channels_a_wake_cannot_reach(channel):
 
 def test_channel_refusal_allows_chat():
     assert channel_refusal("chat") is None
+
+
+def test_parse_create_caps_an_interval_longer_than_a_monitor_may_live():
+    spec, notes = parse_create({"description": "d", "source": {"type": "page", "url": "https://example.com/"},
+                                "interval": "99999999999d"}, LIMITS)
+    assert spec.interval_seconds == LIMITS.max_ttl and "lowered" in " ".join(notes)
+
+
+@pytest.mark.parametrize("check, fix", [
+    ({"op": "below", "value": 90}, "check.type"),
+    ({"type": "threshold", "op": "<", "value": 1, "valeu_path": "a"}, "unknown field 'valeu_path'"),
+    ({"type": "change", "op": "<"}, "unknown field 'op'"),
+])
+def test_parse_check_refuses_missing_type_and_unknown_fields(check, fix):
+    with pytest.raises(SpecError, match=re.escape(fix)):
+        parse_create({"description": "d", "source": {"type": "page", "url": "https://example.com/"},
+                      "check": check}, LIMITS)
+
+
+def test_on_match_of_wrong_type_names_on_match():
+    with pytest.raises(SpecError, match="on_match must be text"):
+        parse_create({"description": "d", "source": {"type": "page", "url": "https://example.com/"},
+                      "on_match": 5}, LIMITS)
