@@ -39,8 +39,8 @@ class EventsController(Controller):
 
 def _stream(user, translate: Callable) -> ServerSentEvent:
     async def events() -> AsyncIterator[ServerSentEventMessage]:
-        yield ServerSentEventMessage(comment="connected", data=None)
         async with current().bus.subscribe(user.id) as queue:
+            yield ServerSentEventMessage(comment="connected", data=None)  # subscribed: nothing after this is missed
             while True:
                 try:
                     name, data = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)

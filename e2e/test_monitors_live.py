@@ -1,0 +1,179 @@
+"""The owner's pages against a real Vigil (web, worker, scheduler): live monitor rows, live wakes, login."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+import requests
+from playwright.sync_api import Page, expect
+
+pytestmark = pytest.mark.e2e
+
+#: Bound for each expectation; checks run every second, so a live update normally lands within 1-2 s.
+LIVE = 15_000
+WIDTHS = (1280, 375)
+
+
+def create_monitor(stack, conversation_id: str, description: str, url: str, **arguments) -> str:
+    response = requests.post(f"{stack.base}/api/tool/monitor", headers=stack.auth, timeout=15, json={
+        "action": "monitor_create", "context": {"conversation_id": conversation_id, "channel": "chat"},
+        "arguments": {"description": description, "source": {"type": "page", "url": url},
+                      "check": {"type": "change"}, "interval": "1s", **arguments}})
+    response.raise_for_status()
+    body = response.json()
+    assert body["ok"], body
+    return body["result"]["monitor_id"]
+
+
+def api_monitor(stack, monitor_id: str) -> dict:
+    response = requests.get(f"{stack.base}/api/monitors", headers=stack.auth, params={"status": "all"}, timeout=10)
+    response.raise_for_status()
+    [monitor] = [m for m in response.json()["monitors"] if m["monitor_id"] == monitor_id]
+    return monitor
+
+
+def log_in(page: Page, stack, password: str | None = None) -> None:
+    page.goto(f"{stack.base}/login")
+    page.locator('input[name="email"]').fill(stack.email)
+    page.locator('input[name="password"]').fill(password or stack.password)
+    page.get_by_role("button", name="Sign in").click()
+
+
+def watch_for_reloads(page: Page) -> list[str]:
+    """Marks the loaded document and records every later document request; both show a reload."""
+    documents: list[str] = []
+    page.on("request", lambda request: documents.append(request.url)
+            if request.resource_type == "document" and request.frame == page.main_frame else None)
+    page.evaluate("window.__marker = 1")
+    return documents
+
+
+def assert_not_reloaded(page: Page, documents: list[str]) -> None:
+    assert page.evaluate("window.__marker") == 1, "the page was reloaded"
+    assert documents == [], f"the page navigated: {documents}"
+
+
+def shoot(page: Page, folder, name: str) -> None:
+    height = page.viewport_size["height"]
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": height})
+        page.screenshot(path=str(folder / f"{name}-{width}.png"), full_page=True)
+    page.set_viewport_size({"width": WIDTHS[0], "height": height})
+
+
+def test_monitors_page_updates_live_and_pauses_resumes_cancels(page: Page, vigil_stack, pages, screenshots):
+    stack = vigil_stack
+    url = pages.set("/steady", "<h1>Status</h1><p>all quiet</p>")
+    description = "the status page changes (e2e steady)"
+    monitor_id = create_monitor(stack, "e2e-monitors", description, url)
+
+    log_in(page, stack)
+    expect(page).to_have_url(f"{stack.base}/settings/monitors")
+    row = page.locator(f"tr#monitor-{monitor_id}")
+    expect(row.locator("td.description")).to_have_text(description)
+    status = row.locator("td.status")
+    expect(status).to_have_attribute("data-status", "active")
+    last_checked = row.locator("td.last-checked")
+    old_text = last_checked.inner_text()
+    old_count = last_checked.get_attribute("data-check-count")
+    documents = watch_for_reloads(page)
+
+    # The page never changes, yet each quiet check reaches the row over SSE.
+    expect(last_checked).not_to_have_text(old_text, timeout=LIVE)
+    expect(last_checked).not_to_have_attribute("data-check-count", old_count, timeout=LIVE)
+    assert int(last_checked.get_attribute("data-check-count")) > int(old_count)
+    expect(page.locator("li#conversation-" + _pk_of(page, "e2e-monitors")).locator(".watching")).to_be_visible()
+
+    row.get_by_role("button", name="Pause").click()
+    expect(status).to_have_attribute("data-status", "paused", timeout=LIVE)
+    expect(row.get_by_role("button", name="Pause")).to_have_count(0)
+    assert api_monitor(stack, monitor_id)["status"] == "paused"
+    paused_count = api_monitor(stack, monitor_id)["check_count"]
+    time.sleep(2.5)  # more than two intervals: a paused monitor is not checked
+    assert api_monitor(stack, monitor_id)["check_count"] == paused_count
+    shown_count = last_checked.get_attribute("data-check-count")
+
+    row.get_by_role("button", name="Resume").click()
+    expect(status).to_have_attribute("data-status", "active", timeout=LIVE)
+    assert api_monitor(stack, monitor_id)["status"] == "active"
+    expect(last_checked).not_to_have_attribute("data-check-count", shown_count, timeout=LIVE)
+    shoot(page, screenshots, "monitors")
+
+    # Cancel asks first: dismissing keeps the monitor, accepting ends it.
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    row.get_by_role("button", name="Cancel").click()
+    expect(status).to_have_attribute("data-status", "active")
+    page.once("dialog", lambda dialog: dialog.accept())
+    row.get_by_role("button", name="Cancel").click()
+    expect(status).to_have_attribute("data-status", "cancelled", timeout=LIVE)
+    expect(row.get_by_role("button")).to_have_count(0)
+    assert api_monitor(stack, monitor_id)["status"] == "cancelled"
+    expect(page.locator("li#conversation-" + _pk_of(page, "e2e-monitors")).locator(".watching")).to_have_count(
+        0, timeout=LIVE)
+
+    assert_not_reloaded(page, documents)
+
+
+def test_conversation_page_shows_wake_live_and_watching_mark_clears(page: Page, vigil_stack, pages, screenshots):
+    stack = vigil_stack
+    url = pages.set("/deploy", "<h1>Deploy</h1><p>running</p>")
+    description = "the deploy finishes (e2e)"
+    monitor_id = create_monitor(stack, "e2e-wake", description, url, max_wakes=1)
+
+    log_in(page, stack)
+    expect(page).to_have_url(f"{stack.base}/settings/monitors")
+    link = page.locator("aside.sidebar li a", has_text=re.compile(r"^\s*e2e-wake\s*$"))
+    href = link.get_attribute("href")
+    assert re.fullmatch(r"/conversations/\d+", href), href
+    pk = href.rsplit("/", 1)[1]
+    link.click()
+    expect(page).to_have_url(f"{stack.base}{href}")
+    expect(page.locator("h1")).to_have_text("e2e-wake")
+    item = page.locator(f"li#conversation-{pk}")
+    expect(item.locator(".watching")).to_be_visible()
+    messages = page.locator(f"ol#messages-{pk}")
+    expect(messages.locator("li.message")).to_have_count(0)
+
+    # The conversation's own monitor row ticking proves the page's event stream is live before the change.
+    last_checked = page.locator(f"tr#monitor-{monitor_id} td.last-checked")
+    expect(last_checked).not_to_have_attribute("data-check-count", last_checked.get_attribute("data-check-count"),
+                                               timeout=LIVE)
+    documents = watch_for_reloads(page)
+
+    pages.set("/deploy", "<h1>Deploy</h1><p>finished</p>")
+    wake = messages.locator("li.message.wake")
+    expect(wake).to_have_count(1, timeout=LIVE)
+    expect(wake.locator(".badge")).to_have_text("Woken by monitor")
+    content = wake.locator("pre.content")
+    expect(content).to_contain_text(f"Monitor fired: {description}")
+    expect(content).to_contain_text("finished")
+
+    # max_wakes 1: the monitor is done, and the sidebar mark goes away without a reload.
+    expect(item.locator(".watching")).to_have_count(0, timeout=LIVE)
+    expect(page.locator(f"tr#monitor-{monitor_id} td.status")).to_have_attribute("data-status", "done",
+                                                                                  timeout=LIVE)
+    assert_not_reloaded(page, documents)
+
+    api = requests.get(f"{stack.base}/api/conversations/e2e-wake/messages", headers=stack.auth, timeout=10).json()
+    [message] = api["messages"]
+    assert message["role"] == "wake" and message["metadata"]["wake"]["ref_id"] == monitor_id
+    expect(wake).to_have_attribute("id", f"message-{message['id']}")
+    assert api_monitor(stack, monitor_id)["status"] == "done"
+    shoot(page, screenshots, "conversation")
+
+
+def test_login_wrong_password_shows_error_and_stays(page: Page, vigil_stack):
+    log_in(page, vigil_stack, password="not-the-password")
+    expect(page).to_have_url(f"{vigil_stack.base}/login")
+    expect(page.get_by_role("alert")).to_have_text("Wrong email or password.")
+    expect(page.locator('input[name="password"]')).to_be_visible()
+    page.goto(f"{vigil_stack.base}/settings/monitors")
+    expect(page).to_have_url(f"{vigil_stack.base}/login")
+
+
+def _pk_of(page: Page, conversation_id: str) -> str:
+    href = page.locator("aside.sidebar li a", has_text=re.compile(rf"^\s*{re.escape(conversation_id)}\s*$")) \
+        .get_attribute("href")
+    return href.rsplit("/", 1)[1]
