@@ -1,0 +1,641 @@
+#!/usr/bin/env python
+"""Quiet-check benchmark: what one unchanged-page check costs in Vigil, next to its physical limit.
+
+    .venv/bin/python bench/quiet_checks.py [--monitors 1000] [--seconds-per-loop 8] [--rounds 2]
+
+Baseline A: one requests.Session, GET + sha256 of the body (what a quiet check must do at least).
+Baseline B: GET + engine.content.html_to_text + sha256 (what it would cost if it parsed every time).
+Vigil: the real worker (`python -m dramatiq tasks.main --processes 1 --threads 4`) and the real
+`vigil scheduler`, on PostgreSQL (database vigil_bench, schema recreated) and Redis (db 13, flushed),
+checking N monitors whose pages never change, so every check is quiet.
+
+Everything is reported as ratios measured in this same run; nothing here asserts on time.
+See bench/README.md for how to read the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import os
+import platform
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import psycopg2  # noqa: E402
+import psycopg2.errors  # noqa: E402
+import redis  # noqa: E402
+import requests  # noqa: E402
+
+from bench.pages import page_html  # noqa: E402
+from engine.content import html_to_text  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results"
+PYTHON = sys.executable
+VIGIL = str(Path(sys.executable).with_name("vigil"))
+PG = {"host": "127.0.0.1", "port": 5432, "user": "vigil", "password": "vigil"}
+DB_NAME = "vigil_bench"
+DATABASE_URL = f"postgresql://vigil:vigil@127.0.0.1:5432/{DB_NAME}"
+REDIS_URL = "redis://127.0.0.1:6379/13"
+#: Long enough that neither a claim's lease nor the next due time comes round during a round:
+#: the bench makes all monitors due again itself, so each round is N checks at full speed.
+INTERVAL_SECONDS = 600
+#: PostgreSQL (15+) flushes an idle backend's statistics at most PGSTAT_IDLE_INTERVAL (10 s) late.
+STATS_SETTLE_SECONDS = 11.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+VIGIL_ENV = {
+    "DATABASE_URL": DATABASE_URL, "REDIS_URL": REDIS_URL, "FETCH_ALLOW_LOOPBACK": "true",
+    "LOG_LEVEL": "WARNING", "SCHEDULER_TICK_SECONDS": "0.2", "SCHEDULER_BATCH_SIZE": "500",
+    # a fixed key, so no secret file is generated under ./var
+    "SECRET_KEY": "bench-only-secret-key-not-used-for-anything-real",
+    "VIGIL_DATA_DIR": str(RESULTS / "var"),
+}
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+# ----------------------------------------------------------------------------------------------
+# processes
+
+
+class Processes:
+    """Every process the bench starts, each in its own session; stop() ends them."""
+
+    def __init__(self, logs: Path):
+        self.logs = logs
+        self.started: list[tuple[str, subprocess.Popen]] = []
+
+    def start(self, name: str, args: list[str], env: dict | None = None) -> subprocess.Popen:
+        log = open(self.logs / f"{name}.log", "wb")
+        proc = subprocess.Popen(args, cwd=ROOT, env={**os.environ, **(env or {})}, stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        self.started.append((name, proc))
+        return proc
+
+    def check_alive(self) -> None:
+        for name, proc in self.started:
+            if proc.poll() is not None:
+                raise BenchError(f"{name} exited with {proc.returncode}:\n{self.tail(name)}")
+
+    def tail(self, name: str, chars: int = 3000) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    def stop(self, *names: str) -> None:
+        """SIGTERM to each named process (all when no names), as a process manager sends it; then
+        SIGKILL to whatever is left of its process group (after 15 s if it has not exited)."""
+        for name, proc in reversed(list(self.started)):
+            if names and name not in names:
+                continue
+            self.started.remove((name, proc))
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(proc.pid, signal.SIGCONT)  # the scheduler may be paused
+                    os.kill(proc.pid, signal.SIGTERM)  # dramatiq's CLI passes it on to its workers
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(15)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_listening(port: int, procs: Processes, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        procs.check_alive()
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return
+        time.sleep(0.1)
+    raise BenchError(f"nothing listened on port {port} within {timeout}s")
+
+
+def _stat(pid: int) -> tuple[int, int]:
+    """(parent pid, utime + stime in clock ticks) of one process, all its threads included."""
+    with open(f"/proc/{pid}/stat") as fh:
+        data = fh.read()
+    fields = data[data.rindex(")") + 2:].split()
+    return int(fields[1]), int(fields[11]) + int(fields[12])
+
+
+def tree_cpu(root: int) -> float:
+    """CPU seconds of `root` and every live descendant (dramatiq's CLI forks its workers)."""
+    stats, children = {}, defaultdict(list)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stats[int(entry)] = _stat(int(entry))
+    for pid, (ppid, _) in stats.items():
+        children[ppid].append(pid)
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += stats[pid][1]
+            todo.extend(children[pid])
+    return total / CLOCK_TICKS
+
+
+def tree_size(root: int) -> int:
+    count, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        count += 1
+        with contextlib.suppress(OSError):
+            todo.extend(int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
+    return count
+
+
+def command_cpu(name: str) -> float:
+    """CPU seconds of every live process whose command is `name` (e.g. all postgres backends)."""
+    total = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if Path(f"/proc/{entry}/comm").read_text().strip() == name:
+                    total += _stat(int(entry))[1]
+    return total / CLOCK_TICKS
+
+
+# ----------------------------------------------------------------------------------------------
+# baselines
+
+
+@dataclass
+class Measure:
+    name: str
+    checks: int = 0
+    wall: float = 0.0
+    cpu: float = 0.0          # the measured client: bench process, or Vigil's worker tree
+    server_cpu: float = 0.0   # the page server
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.checks / self.wall if self.wall else 0.0
+
+    def ms(self, seconds: float) -> float:
+        return 1000 * seconds / self.checks if self.checks else float("nan")
+
+
+def baseline(name: str, base: str, n: int, seconds: float, server_pid: int, digest, expected: list[str]) -> Measure:
+    """GET page after page on one keep-alive session for `seconds`; digest(body) must equal expected."""
+    session = requests.Session()
+    session.trust_env = False  # as Vigil's Fetcher: no proxy/netrc lookups per request
+    urls = [f"{base}/p/{i}" for i in range(n)]
+    for i in range(min(n, 50)):  # warm: connection open, code paths hot
+        digest(session.get(urls[i]).content)
+    server0, cpu0, wall0 = tree_cpu(server_pid), time.process_time(), time.perf_counter()
+    count, wrong = 0, 0
+    while True:
+        i = count % n
+        response = session.get(urls[i])
+        if response.status_code != 200 or digest(response.content) != expected[i]:
+            wrong += 1
+        count += 1
+        if count % 50 == 0 and time.perf_counter() - wall0 >= seconds:
+            break
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    server = tree_cpu(server_pid) - server0
+    session.close()
+    if wrong:
+        raise BenchError(f"{name}: {wrong} of {count} responses did not hash as expected")
+    return Measure(name, count, wall, cpu, server)
+
+
+def raw_digest(body: bytes) -> str:
+    return hashlib.sha256(body).hexdigest()
+
+
+def text_digest(body: bytes) -> str:
+    return hashlib.sha256(html_to_text(body).encode("utf-8")).hexdigest()
+
+
+def merge(name: str, runs: list[Measure]) -> Measure:
+    merged = Measure(name, sum(m.checks for m in runs), sum(m.wall for m in runs), sum(m.cpu for m in runs),
+                     sum(m.server_cpu for m in runs))
+    merged.extra["runs"] = runs
+    return merged
+
+
+# ----------------------------------------------------------------------------------------------
+# database
+
+
+def ensure_database() -> None:
+    try:
+        conn = psycopg2.connect(dbname="postgres", **PG)
+    except psycopg2.Error as exc:
+        raise BenchError(f"cannot connect to PostgreSQL as vigil: {exc}") from None
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,))
+            if cur.fetchone() is None:
+                try:
+                    cur.execute(f"CREATE DATABASE {DB_NAME} OWNER vigil")
+                except psycopg2.Error as exc:
+                    raise BenchError(f"could not create {DB_NAME} ({exc.pgerror or exc}); create it with\n"
+                                     f"  runuser -u postgres -- psql -c \"CREATE DATABASE {DB_NAME} OWNER vigil\"") from None
+    finally:
+        conn.close()
+
+
+def reset_schema() -> None:
+    conn = psycopg2.connect(dbname=DB_NAME, **PG)
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute("DROP SCHEMA IF EXISTS public CASCADE")
+        cur.execute("CREATE SCHEMA public")
+    conn.close()
+
+
+def create_monitors(base: str, n: int) -> None:
+    """Migrate, then one user, one conversation and N monitors stored exactly as create_monitor stores
+    a fresh monitor after its baseline check (run_check against the real page)."""
+    from engine.checks import CheckSpec
+    from engine.http import FetchPolicy, Fetcher
+    from engine.pipeline import BASELINE, Prior, run_check
+    from engine.spec import MonitorSpec, SourceSpec
+    from models import connection, database, utcnow
+    from models.db import bind
+    from models.migrate import migrate
+    from models.monitors import create_monitor
+    from models.tables import Conversation, User
+    from vigil.settings import Settings
+
+    settings = Settings.from_env(VIGIL_ENV)
+    bind(DATABASE_URL)
+    fetcher = Fetcher(FetchPolicy(allow_loopback=True))
+    with connection():
+        migrate()
+        now = utcnow()
+        with database.atomic():
+            user = User.create(email="bench@example.com", password_hash="-", created_at=now)
+            conversation = Conversation.create(user=user, external_id="bench-conversation", channel="chat",
+                                               created_at=now, updated_at=now)
+            for i in range(n):
+                source, check = SourceSpec("page", f"{base}/p/{i}"), CheckSpec("change")
+                outcome = run_check(fetcher, source, check, Prior(), settings.FETCH_MAX_TEXT_BYTES)
+                if outcome.kind != BASELINE:
+                    raise BenchError(f"page {i}: the baseline check gave {outcome.kind} {outcome.error}")
+                spec = MonitorSpec(description=f"bench page {i} changes", source=source, check=check,
+                                   on_match="", interval_seconds=INTERVAL_SECONDS, ttl_seconds=86400, max_wakes=1)
+                create_monitor(user, conversation, spec, outcome, now, now - timedelta(seconds=1))
+    fetcher.close()
+    with contextlib.suppress(AttributeError):
+        database.obj.close_all()  # the bench's pooled connection; the worker opens its own
+
+
+class Stats:
+    """The bench's own autocommit connection to vigil_bench; counts every transaction it makes, so
+    they can be taken out of pg_stat_database's xact counts."""
+
+    def __init__(self) -> None:
+        self.conn = psycopg2.connect(dbname=DB_NAME, application_name="vigil-bench", **PG)
+        self.conn.autocommit = True
+        self.transactions = 0
+
+    def query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self.conn.cursor() as cur:
+            cur.execute(sql, args)
+            self.transactions += 1
+            return cur.fetchall() if cur.description else [(cur.rowcount,)]
+
+    def progress(self) -> tuple[int, int]:
+        checks, claims = self.query("SELECT sum(check_count), sum(claim_seq) FROM monitors")[0]
+        return int(checks), int(claims)
+
+    def make_all_due(self) -> int:
+        past = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(seconds=1)
+        return self.query("UPDATE monitors SET next_check_at = %s", (past,))[0][0]
+
+    def last_checked(self) -> datetime:
+        return self.query("SELECT max(last_checked_at) FROM monitors")[0][0]
+
+    def snapshot(self) -> dict:
+        """Counters as flushed so far. This backend's own stats are forced out first, so the bench's
+        transactions up to `mark` are in the numbers, and none after it."""
+        try:
+            self.query("SELECT pg_stat_force_next_flush()")
+        except psycopg2.errors.UndefinedFunction:  # before PostgreSQL 15: a backend flushes as it exits
+            self.conn.close()
+            time.sleep(1)
+            self.conn = psycopg2.connect(dbname=DB_NAME, application_name="vigil-bench", **PG)
+            self.conn.autocommit = True
+        mark = self.transactions
+        xacts = self.query("SELECT xact_commit, xact_rollback FROM pg_stat_database WHERE datname = %s",
+                           (DB_NAME,))[0]
+        rows = self.query("SELECT relname, n_tup_ins, n_tup_upd, n_tup_del, n_tup_hot_upd FROM pg_stat_user_tables "
+                          "WHERE schemaname = 'public'")
+        return {"mark": mark, "commit": xacts[0], "rollback": xacts[1],
+                "tables": {name: {"ins": i, "upd": u, "del": d, "hot": h} for name, i, u, d, h in rows}}
+
+    def counts(self) -> dict:
+        tables = ("monitor_runs", "wakes", "messages")
+        found = {t: self.query(f"SELECT count(*) FROM {t}")[0][0] for t in tables}
+        found["check_count min/max"] = self.query("SELECT min(check_count), max(check_count) FROM monitors")[0]
+        found["monitors not quiet"] = self.query(
+            "SELECT count(*) FROM monitors WHERE failure_count <> 0 OR last_error <> '' OR status <> 'active' "
+            "OR fire_count <> 0")[0][0]
+        return found
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def redis_counters(client: redis.Redis) -> dict:
+    cpu = client.info("cpu")
+    calls = {name.removeprefix("cmdstat_"): value["calls"] for name, value in client.info("commandstats").items()}
+    calls.pop("info", None)  # the bench's own
+    return {"cpu": cpu["used_cpu_sys"] + cpu["used_cpu_user"], "calls": calls}
+
+
+# ----------------------------------------------------------------------------------------------
+# the Vigil run
+
+
+@dataclass
+class Sample:
+    worker: float
+    scheduler: float
+    server: float
+    postgres: float
+    redis: dict
+
+
+def sample(worker_pid: int, scheduler_pid: int, server_pid: int, rds: redis.Redis) -> Sample:
+    return Sample(tree_cpu(worker_pid), tree_cpu(scheduler_pid), tree_cpu(server_pid),
+                  command_cpu("postgres"), redis_counters(rds))
+
+
+def wait_checked(stats: Stats, target: int, procs: Processes, timeout: float, poll: float = 0.1) -> tuple[int, int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        checks, claims = stats.progress()
+        if checks >= target:
+            return checks, claims
+        if time.monotonic() > deadline:
+            raise BenchError(f"only {checks} of {target} checks done after {timeout:.0f}s;\n"
+                             f"worker log:\n{procs.tail('worker')}\nscheduler log:\n{procs.tail('scheduler')}")
+        procs.check_alive()
+        time.sleep(poll)
+
+
+def run_vigil(base: str, n: int, rounds: int, server_pid: int, procs: Processes) -> Measure:
+    ensure_database()
+    reset_schema()
+    print(f"  creating {n} monitors (baseline check through the real pipeline) …", flush=True)
+    create_monitors(base, n)
+    rds = redis.Redis.from_url(REDIS_URL)
+    rds.flushdb()
+    stats = Stats()
+    try:
+        checks0, _ = stats.progress()
+        worker = procs.start("worker", [PYTHON, "-m", "dramatiq", "tasks.main", "--processes", "1", "--threads", "4"],
+                             VIGIL_ENV)
+        scheduler = procs.start("scheduler", [VIGIL, "scheduler"], VIGIL_ENV)
+        print("  warm-up round (process start, connections, imports; not measured) …", flush=True)
+        checks, _ = wait_checked(stats, checks0 + n, procs, timeout=max(120, n / 5))
+        os.kill(scheduler.pid, signal.SIGSTOP)  # quiet the scheduler's idle ticks while stats settle
+        print(f"  worker tree: {tree_size(worker.pid)} processes; waiting {STATS_SETTLE_SECONDS:.0f}s for "
+              "PostgreSQL statistics to settle …", flush=True)
+        time.sleep(STATS_SETTLE_SECONDS)
+        db0 = stats.snapshot()
+        result = Measure("Vigil")
+        per_round, bench_rows = [], 0
+        redis_calls: dict[str, int] = defaultdict(int)
+        redis_cpu = postgres_cpu = scheduler_cpu = 0.0
+        for number in range(1, rounds + 1):
+            _, claims_before = stats.progress()
+            before = sample(worker.pid, scheduler.pid, server_pid, rds)
+            started_at = datetime.now(timezone.utc).replace(tzinfo=None)
+            bench_rows += stats.make_all_due()
+            os.kill(scheduler.pid, signal.SIGCONT)
+            checks_now, claims_after = wait_checked(stats, checks + n, procs, timeout=max(120, n / 2))
+            after = sample(worker.pid, scheduler.pid, server_pid, rds)
+            if number == rounds:
+                os.kill(scheduler.pid, signal.SIGSTOP)
+            wall = (stats.last_checked() - started_at).total_seconds()
+            done = checks_now - checks
+            checks = checks_now
+            r = Measure(f"round {number}", done, wall, after.worker - before.worker, after.server - before.server)
+            r.extra.update(scheduler=after.scheduler - before.scheduler, postgres=after.postgres - before.postgres,
+                           redis=after.redis["cpu"] - before.redis["cpu"], claims=claims_after - claims_before - done)
+            per_round.append(r)
+            for name, calls in after.redis["calls"].items():
+                redis_calls[name] += calls - before.redis["calls"].get(name, 0)
+            result.checks += r.checks
+            result.wall += r.wall
+            result.cpu += r.cpu
+            result.server_cpu += r.server_cpu
+            scheduler_cpu += r.extra["scheduler"]
+            postgres_cpu += r.extra["postgres"]
+            redis_cpu += r.extra["redis"]
+        print(f"  waiting {STATS_SETTLE_SECONDS:.0f}s for PostgreSQL statistics to settle …", flush=True)
+        time.sleep(STATS_SETTLE_SECONDS)
+        db1 = stats.snapshot()
+        written = stats.counts()
+    finally:
+        stats.close()
+    result.extra.update(rounds=per_round, scheduler=scheduler_cpu, postgres=postgres_cpu, redis=redis_cpu,
+                        redis_calls=dict(redis_calls), written=written, claims=sum(r.extra["claims"] for r in per_round),
+                        db=db_delta(db0, db1, bench_rows))
+    return result
+
+
+def db_delta(db0: dict, db1: dict, bench_rows: int) -> dict:
+    tables = {}
+    for name, now in db1["tables"].items():
+        was = db0["tables"].get(name, {})
+        tables[name] = {k: v - was.get(k, 0) for k, v in now.items()}
+    tables["monitors"]["upd"] -= bench_rows  # the bench's own "make all due again" UPDATEs
+    tables["monitors"]["hot"] = max(tables["monitors"]["hot"], 0)
+    bench_xacts = db1["mark"] - db0["mark"]
+    return {"tables": tables, "commit": db1["commit"] - db0["commit"] - bench_xacts,
+            "rollback": db1["rollback"] - db0["rollback"], "bench_rows": bench_rows, "bench_xacts": bench_xacts}
+
+
+# ----------------------------------------------------------------------------------------------
+# report
+
+
+def machine() -> list[str]:
+    model = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    load = Path("/proc/loadavg").read_text().split()[:3]
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()
+    return [f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M:%S UTC')}",
+            f"- machine: nproc={os.cpu_count()} (usable {len(os.sched_getaffinity(0))}), CPU: {model}, "
+            f"load average at start {' '.join(load)}",
+            f"- Python {platform.python_version()}, git {rev or '?'}{' (+ uncommitted changes)' if dirty else ''}"]
+
+
+def fmt(value: float, digits: int = 2) -> str:
+    return "n/a" if value != value else f"{value:,.{digits}f}"
+
+
+def report(args, header: list[str], a: Measure, b: Measure, v: Measure, versions: str) -> str:
+    db, checks = v.extra["db"], v.checks
+    monitors = db["tables"].get("monitors", {})
+    rows = sum(t["ins"] + t["upd"] + t["del"] for t in db["tables"].values())
+    xacts = db["commit"] + db["rollback"]
+    worker_ms, sched_ms = v.ms(v.cpu), v.ms(v.extra["scheduler"])
+    redis_calls = sum(v.extra["redis_calls"].values())
+    top_redis = ", ".join(f"{name} {calls / checks:.2f}" for name, calls in
+                          sorted(v.extra["redis_calls"].items(), key=lambda kv: -kv[1])[:5] if calls)
+    lines = ["# Vigil quiet checks vs. their physical limit", "", *header, f"- {versions}",
+             f"- {args.monitors} monitors/pages (~5 KB HTML each, never changing), baselines "
+             f"{args.seconds_per_loop:g}s per loop run before and after the Vigil phase (summed), "
+             f"Vigil {args.rounds} measured rounds of {args.monitors} checks after one warm-up round",
+             "- Vigil: `python -m dramatiq tasks.main --processes 1 --threads 4` + `vigil scheduler` "
+             "(tick 0.2 s, batch 500), PostgreSQL database vigil_bench, Redis db 13", "",
+             "| run | checks | wall s | checks/s | CPU-ms/check (A, B: bench process; Vigil: worker process tree) "
+             "| page-server CPU-ms/request |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for m, label in ((a, "Baseline A: GET + sha256 (1 session, 1 thread)"),
+                     (b, "Baseline B: GET + html_to_text + sha256 (1 session, 1 thread)"),
+                     (v, "Vigil worker (1 process × 4 threads), quiet checks")):
+        lines.append(f"| {label} | {m.checks:,} | {fmt(m.wall)} | {fmt(m.rate, 1)} | {fmt(m.ms(m.cpu), 3)} | "
+                     f"{fmt(m.ms(m.server_cpu), 3)} |")
+    lines += ["", "Where else Vigil's quiet checks cost CPU (per check, same rounds):", "",
+              "| process | CPU-ms/check |", "|---|---:|",
+              f"| Vigil worker (dramatiq CLI + forked worker process) | {fmt(worker_ms, 3)} |",
+              f"| Vigil scheduler | {fmt(sched_ms, 3)} |",
+              f"| Vigil worker + scheduler | {fmt(worker_ms + sched_ms, 3)} |",
+              f"| PostgreSQL (all postgres processes; includes the bench's progress polls) | "
+              f"{fmt(v.ms(v.extra['postgres']), 3)} |",
+              f"| Redis server | {fmt(v.ms(v.extra['redis']), 3)} |", ""]
+    cpu_ratio = worker_ms / a.ms(a.cpu)
+    goals = [("Vigil worker CPU per quiet check ÷ baseline A CPU per check", cpu_ratio, "≤ 1.5", cpu_ratio <= 1.5),
+             ("(worker + scheduler) CPU per check ÷ baseline A", (worker_ms + sched_ms) / a.ms(a.cpu), "—", None),
+             ("Vigil throughput ÷ baseline B throughput", v.rate / b.rate, "≥ 0.8", v.rate / b.rate >= 0.8),
+             ("Vigil throughput ÷ baseline A throughput", v.rate / a.rate, "—", None),
+             ("DB row writes per quiet check (n_tup_ins+upd+del, all tables)", rows / checks, "≤ 1", rows / checks <= 1),
+             ("DB transactions per check (xact_commit+rollback, vigil_bench)", xacts / checks, "—", None)]
+    lines += ["| ratio (same run) | measured | goal | met |", "|---|---:|---:|:---:|"]
+    for label, value, goal, met in goals:
+        lines.append(f"| {label} | {fmt(value, 3)} | {goal} | {'—' if met is None else 'yes' if met else 'NO'} |")
+    written = v.extra["written"]
+    quiet_keys = ("monitor_runs", "wakes", "messages", "monitors not quiet")
+    lines += ["", "Details:", "",
+              f"- monitors table: {monitors.get('upd', 0) / checks:.3f} row updates/check "
+              f"({monitors.get('hot', 0) / checks:.3f} HOT), inserts {monitors.get('ins', 0)}, deletes {monitors.get('del', 0)}; "
+              f"other tables: " + ", ".join(f"{name} +{t['ins']}/~{t['upd']}/-{t['del']}" for name, t in
+                                            sorted(db["tables"].items()) if name != "monitors"),
+              f"- transactions: {db['commit']:,} commits + {db['rollback']:,} rollbacks for {checks:,} checks "
+              f"(the bench's own {db['bench_xacts']} transactions and {db['bench_rows']:,} \"make due again\" "
+              "row updates are subtracted)",
+              f"- claims per check: {v.extra['claims'] / checks:.3f} (1.000 = no lease expired, "
+              "no duplicate or stale message" + ("" if v.extra["claims"] == checks else "; WARNING: not 1") + ")",
+              f"- Redis commands per check: {redis_calls / checks:.2f} (server-wide commandstats; top: {top_redis})",
+              f"- written by the quiet rounds: MonitorRun rows {written['monitor_runs']}, wakes {written['wakes']}, "
+              f"messages {written['messages']}, monitors with an error/fire/non-active status "
+              f"{written['monitors not quiet']} (all must be 0): "
+              f"{'OK, every check was quiet' if not any(written[k] for k in quiet_keys) else 'WARNING: NOT ALL CHECKS WERE QUIET'}",
+              "- check_count per monitor now min {} / max {} (1 baseline + 1 warm-up + {} rounds = {} each)".format(
+                  *written["check_count min/max"], args.rounds, args.rounds + 2),
+              "- rounds: " + "; ".join(f"{r.name}: {r.checks} checks in {r.wall:.2f}s = {r.rate:.0f}/s, worker "
+                                       f"{r.ms(r.cpu):.2f} ms/check" for r in v.extra["rounds"]),
+              "- baseline loops: " + "; ".join(f"{m.name} {m.rate:.0f}/s {m.ms(m.cpu):.3f} ms" for m in
+                                                a.extra["runs"] + b.extra["runs"]),
+              f"- load average at end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}"]
+    return "\n".join(lines) + "\n"
+
+
+def versions() -> str:
+    conn = psycopg2.connect(dbname="postgres", **PG)
+    with conn.cursor() as cur:
+        cur.execute("SHOW server_version")
+        pg = cur.fetchone()[0]
+    conn.close()
+    rv = redis.Redis.from_url(REDIS_URL).info("server")["redis_version"]
+    return f"PostgreSQL {pg}, Redis {rv}"
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Quiet-check benchmark: Vigil vs. GET+sha256.")
+    parser.add_argument("--monitors", type=int, default=1000, help="monitors and distinct pages (default 1000)")
+    parser.add_argument("--seconds-per-loop", type=float, default=6.0,
+                        help="seconds each baseline loop runs; each runs twice (default 6)")
+    parser.add_argument("--rounds", type=int, default=3, help="measured Vigil rounds of N checks (default 3)")
+    args = parser.parse_args(argv)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "logs").mkdir(exist_ok=True)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # SIGINT too: a background job may have it ignored
+        signal.signal(sig, _interrupt)
+    header = machine()
+    procs = Processes(RESULTS / "logs")
+    n = args.monitors
+    try:
+        port = free_port()
+        server = procs.start("pages", [PYTHON, "-m", "bench.pages", "--count", str(n), "--port", str(port)])
+        wait_listening(port, procs)
+        base = f"http://127.0.0.1:{port}"
+        pages = [page_html(i) for i in range(n)]
+        raw = [raw_digest(p) for p in pages]
+        text = [text_digest(p) for p in pages]
+        loops: dict[str, list[Measure]] = {"A": [], "B": []}
+
+        def run_baselines(when: str) -> None:
+            print(f"baselines ({when}) …", flush=True)
+            loops["A"].append(baseline(f"A {when}", base, n, args.seconds_per_loop, server.pid, raw_digest, raw))
+            loops["B"].append(baseline(f"B {when}", base, n, args.seconds_per_loop, server.pid, text_digest, text))
+
+        run_baselines("before")
+        print("Vigil …", flush=True)
+        vigil = run_vigil(base, n, args.rounds, server.pid, procs)
+        procs.stop("worker", "scheduler")
+        run_baselines("after")
+        text_out = report(args, header, merge("A", loops["A"]), merge("B", loops["B"]), vigil, versions())
+    except KeyboardInterrupt:
+        print("interrupted; stopping the processes the bench started", file=sys.stderr)
+        return 130
+    except BenchError as exc:
+        print(f"bench failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the clean-up short
+            signal.signal(sig, signal.SIG_IGN)
+        procs.stop()
+        with contextlib.suppress(Exception):
+            redis.Redis.from_url(REDIS_URL).flushdb()
+    print()
+    print(text_out)
+    (RESULTS / "quiet_checks.md").write_text(text_out)
+    print(f"(written to {(RESULTS / 'quiet_checks.md').relative_to(ROOT)}; process logs in bench/results/logs/)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
