@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.quiet_checks import (  # noqa: E402
-    PYTHON, REDIS_URL, RESULTS, VIGIL_ENV, Processes, Stats, create_monitors, ensure_database, free_port,
+    PYTHON, REDIS_URL, RESULTS, VIGIL_ENV, EventCounter, Processes, Stats, create_monitors, ensure_database, free_port,
     reset_schema, wait_listening,
 )
 
@@ -83,7 +83,7 @@ def breakdown(stats: Stats, n: int) -> str:
     import engine.pipeline as pipeline
     import peewee
 
-    wrapped = [(checks, "load_for_check", "load_for_check"), (checks, "run_check", "run_check"),
+    wrapped = [(checks, "load_claimed", "load_claimed (one query per batch)"), (checks, "run_check", "run_check"),
                (http.Fetcher, "get", "  Fetcher.get"),
                (http, "check_url", "    check_url"),
                (http._Deadline, "__init__", "    _Deadline.__init__"),
@@ -92,8 +92,8 @@ def breakdown(stats: Stats, n: int) -> str:
                (http.Fetcher, "_finish", "    Fetcher._finish (read body, build Response)"),
                (http._Deadline, "__exit__", "    _Deadline.__exit__"),
                (pipeline, "sha256_hex", "  sha256_hex"),
-               (checks, "record_check", "record_check"), (checks, "publish_monitor", "publish_monitor"),
-               (peewee.Database, "execute", "load_for_check + record_check: peewee Database.execute (build SQL + run)"),
+               (checks, "record_check", "record_check"), (checks, "publish_quiet", "publish_quiet (one pipeline per batch)"),
+               (peewee.Database, "execute", "load_claimed + record_check: peewee Database.execute (build SQL + run)"),
                (peewee.Database, "execute_sql", "  of which Database.execute_sql (psycopg2 send/receive, row fetch excluded)")]
     originals = [(owner, name, getattr(owner, name)) for owner, name, _ in wrapped]
     for owner, name, label in wrapped:
@@ -102,11 +102,12 @@ def breakdown(stats: Stats, n: int) -> str:
         claimed = claim_due(utcnow(), n)
     total = connect_close = 0.0
     process0 = time.process_time()
-    for monitor_id, claim_seq in claimed:
+    batches = [claimed[i:i + checks.BATCH_SIZE] for i in range(0, len(claimed), checks.BATCH_SIZE)]
+    for batch in batches:
         start = time.thread_time()
         database.connect(reuse_if_open=True)
         mid = time.thread_time()
-        checks.check_monitor.fn(monitor_id, claim_seq)
+        checks.check_monitors.fn([list(claim) for claim in batch])
         end = time.thread_time()
         database.close()
         done = time.thread_time()
@@ -194,6 +195,7 @@ def main() -> int:
         redis.Redis.from_url(REDIS_URL).flushdb()
         import tasks.main  # noqa: F401  settings, database and broker exactly as the worker process builds them
         stats = Stats()
+        stats.events = EventCounter(REDIS_URL)
         # make everything due, warm (connections, imports), then measure
         stats.make_all_due()
         worker_profile(stats, args.monitors, args.top, profile=False, threads=args.threads)

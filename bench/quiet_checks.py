@@ -24,6 +24,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -323,15 +324,21 @@ class Stats:
             return cur.fetchall() if cur.description else [(cur.rowcount,)]
 
     def progress(self) -> tuple[int, int]:
-        checks, claims = self.query("SELECT sum(check_count), sum(claim_seq) FROM monitors")[0]
-        return int(checks), int(claims)
+        """Checks finished (monitor.updated events the worker published after each) and claims made.
+
+        check_count cannot tell: the scheduler's claim counts the check before a worker takes it.
+        """
+        claims = self.query("SELECT sum(claim_seq) FROM monitors")[0][0]
+        return self.events.count, int(claims)
 
     def make_all_due(self) -> int:
         past = datetime.now(timezone.utc).replace(tzinfo=None) - timedelta(seconds=1)
         return self.query("UPDATE monitors SET next_check_at = %s", (past,))[0][0]
 
     def last_checked(self) -> datetime:
-        return self.query("SELECT max(last_checked_at) FROM monitors")[0][0]
+        return self.events.last_at
+
+
 
     def snapshot(self) -> dict:
         """Counters as flushed so far. This backend's own stats are forced out first, so the bench's
@@ -384,6 +391,28 @@ class Sample:
     redis: dict
 
 
+class EventCounter:
+    """Counts the monitor.updated events a worker publishes once it has finished a check."""
+
+    def __init__(self, url: str) -> None:
+        self.count = 0
+        self.last_at = datetime.now(timezone.utc).replace(tzinfo=None)
+        self._pubsub = redis.Redis.from_url(url).pubsub(ignore_subscribe_messages=True)
+        self._pubsub.psubscribe("vigil:events:user:*")
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        for message in self._pubsub.listen():
+            if b'"monitor.updated"' in message["data"]:
+                self.count += 1
+                self.last_at = datetime.now(timezone.utc).replace(tzinfo=None)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._pubsub.close()
+
+
 def sample(worker_pid: int, scheduler_pid: int, server_pid: int, rds: redis.Redis) -> Sample:
     return Sample(tree_cpu(worker_pid), tree_cpu(scheduler_pid), tree_cpu(server_pid),
                   command_cpu("postgres"), redis_counters(rds))
@@ -410,6 +439,7 @@ def run_vigil(base: str, n: int, rounds: int, server_pid: int, procs: Processes)
     rds = redis.Redis.from_url(REDIS_URL)
     rds.flushdb()
     stats = Stats()
+    stats.events = EventCounter(REDIS_URL)
     try:
         checks0, _ = stats.progress()
         worker = procs.start("worker", [PYTHON, "-m", "dramatiq", "tasks.main", "--processes", "1", "--threads", "4"],
@@ -457,6 +487,7 @@ def run_vigil(base: str, n: int, rounds: int, server_pid: int, procs: Processes)
         db1 = stats.snapshot()
         written = stats.counts()
     finally:
+        stats.events.close()
         stats.close()
     result.extra.update(rounds=per_round, scheduler=scheduler_cpu, postgres=postgres_cpu, redis=redis_cpu,
                         redis_calls=dict(redis_calls), written=written, claims=sum(r.extra["claims"] for r in per_round),

@@ -5,6 +5,7 @@ The raw body is hashed before anything is parsed, so an unchanged source costs a
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.checks import CheckSpec, Verdict, baseline, evaluate
@@ -17,10 +18,16 @@ QUIET, CHANGED, FIRED, ERROR, BASELINE = "quiet", "changed", "fired", "error", "
 
 @dataclass(frozen=True)
 class Prior:
-    """What the monitor stored after its last check; state None means no baseline yet."""
+    """What the monitor stored after its last check; state None means no baseline yet.
+
+    `state` may be a function returning it, so an unchanged source never pays for loading it.
+    """
     raw_hash: str | None = None
     content_hash: str | None = None
-    state: dict | None = None
+    state: dict | Callable[[], dict] | None = None
+
+    def stored_state(self) -> dict | None:
+        return self.state() if callable(self.state) else self.state
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,7 @@ def run_check(fetcher: Fetcher, source: SourceSpec, check: CheckSpec, prior: Pri
         content = normalize(source, body, max_text_bytes)
         if prior.state is not None and content.digest == prior.content_hash:
             return Outcome(QUIET, raw_hash=raw_hash, content_hash=content.digest)
-        verdict = judge_content(check, content, prior.state)
+        verdict = judge_content(check, content, prior.stored_state())
     except ContentError as exc:
         return Outcome(ERROR, raw_hash=raw_hash, error=_sentence(str(exc)))
     kind = BASELINE if prior.state is None else FIRED if verdict.fired else CHANGED

@@ -21,12 +21,6 @@ def next_check_at(now: datetime, interval_seconds: int, rng: random.Random | Non
     return off_busy_minutes(due) if interval_seconds >= BUSY_MINUTE_RULE_FROM_SECONDS else due
 
 
-def lease_until(now: datetime, interval_seconds: int) -> datetime:
-    """How long a claimed check is held: if its message is lost, it is due again after one interval."""
-    due = now + timedelta(seconds=interval_seconds)
-    return off_busy_minutes(due) if interval_seconds >= BUSY_MINUTE_RULE_FROM_SECONDS else due
-
-
 def off_busy_minutes(when: datetime) -> datetime:
     """`when`, or a minute later when it falls in a busy minute."""
     if when.minute in BUSY_MINUTES:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from itertools import groupby
 
 import peewee
 
 from engine.pipeline import BASELINE, ERROR, FIRED, QUIET, Outcome
-from engine.schedule import lease_until
+from engine.schedule import next_check_at
 from engine.spec import MonitorSpec, spec_to_record
 from engine.wake import expired_text, wake_text
 from models.conversations import append_message
@@ -56,9 +56,11 @@ def create_monitor(user: User, conversation: Conversation, spec: MonitorSpec, ou
 
 
 def claim_due(now: datetime, limit: int) -> list[tuple[str, int]]:
-    """Claim due monitors for checking: each is leased for one interval and gets a new claim number.
+    """Claim due monitors: each gets a new claim number, its next due time and the check counted.
 
-    Locked rows are skipped, so any number of schedulers can claim at once without overlap.
+    Locked rows are skipped, so any number of schedulers can claim at once without overlap. The claim
+    is the only write an unchanged (quiet) check makes; a lost message leaves the monitor to be
+    claimed again at that next due time.
     """
     with database.atomic(*_immediate()):
         query = (Monitor.select(Monitor.id, Monitor.claim_seq, Monitor.interval_seconds)
@@ -66,12 +68,21 @@ def claim_due(now: datetime, limit: int) -> list[tuple[str, int]]:
                  .order_by(Monitor.next_check_at).limit(limit))
         if database.for_update:
             query = query.for_update(skip_locked=True)
-        rows = sorted(query.tuples(), key=lambda row: row[2])
-        for interval, group in groupby(rows, key=lambda row: row[2]):
-            ids = [row[0] for row in group]
-            (Monitor.update(claim_seq=Monitor.claim_seq + 1, next_check_at=lease_until(now, interval))
-             .where(Monitor.id.in_(ids)).execute())
+        rows = list(query.tuples())
+        if rows:
+            _mark_claimed(now, [(row[0], next_check_at(now, row[2])) for row in rows])
     return [(row[0], row[1] + 1) for row in rows]
+
+
+def _mark_claimed(now: datetime, next_times: list[tuple[str, datetime]]) -> None:
+    """One UPDATE for the whole batch, each row with its own jittered next due time."""
+    p = database.param
+    values = ", ".join([f"({p}, {p})"] * len(next_times))
+    params = [now] + [value for pair in next_times for value in pair]
+    database.execute_sql(
+        "UPDATE monitors SET claim_seq = claim_seq + 1, check_count = check_count + 1, "
+        f"last_checked_at = {p}, next_check_at = v.column2 FROM (VALUES {values}) AS v "
+        "WHERE monitors.id = v.column1", params)
 
 
 def load_for_check(monitor_id: str) -> Monitor | None:
@@ -79,29 +90,84 @@ def load_for_check(monitor_id: str) -> Monitor | None:
             .where(Monitor.id == monitor_id).first())
 
 
-def record_check(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datetime,
-                 next_at: datetime) -> Recorded:
-    """Store one check's outcome, if this claim still holds. Quiet checks are a single UPDATE."""
-    common = {Monitor.check_count: Monitor.check_count + 1, Monitor.last_checked_at: now,
-              Monitor.next_check_at: next_at, Monitor.claim_seq: claim_seq + 1}
+@dataclass
+class Claimed:
+    """What a check needs of a claimed monitor, read without building a model row."""
+    id: str
+    claim_seq: int
+    user_id: int
+    conversation_external_id: str
+    status: str
+    source: dict
+    check: dict
+    raw_hash: str
+    content_hash: str
+    state_json: str | None
+    last_error: str
+    failure_count: int
+    check_count: int
+    last_checked_at: datetime | None
+    wakes_left: int
+
+    def state(self) -> dict | None:
+        return None if self.state_json is None else json.loads(self.state_json)
+
+
+_CLAIMED_SQL = (
+    'SELECT m.id, m.claim_seq, m.user_id, c.external_id, m.status, m.source, m."check", m.raw_hash, '
+    "m.content_hash, m.check_state, m.last_error, m.failure_count, m.check_count, m.last_checked_at, "
+    "m.max_wakes - m.wakes_used FROM monitors m JOIN conversations c ON c.id = m.conversation_id "
+    "WHERE m.status = 'active' AND m.id IN ({ids})")
+
+
+def load_claimed(claims: list[tuple[str, int]]) -> list[Claimed]:
+    """The claimed monitors whose claims are still current and active, in one query."""
+    wanted = dict(claims)
+    if not wanted:
+        return []
+    sql = _CLAIMED_SQL.format(ids=", ".join([database.param] * len(wanted)))
+    found = []
+    for row in database.execute_sql(sql, list(wanted)).fetchall():
+        if row[1] == wanted[row[0]]:
+            checked = row[13] if row[13] is None or isinstance(row[13], datetime) else _parse_time(row[13])
+            found.append(Claimed(*row[:5], json.loads(row[5]), json.loads(row[6]), *row[7:13], checked,
+                                 max(row[14], 0)))
+    return found
+
+
+def record_check(monitor, claim_seq: int, outcome: Outcome, now: datetime) -> Recorded:
+    """Store what a check found beyond "unchanged", if its claim still holds.
+
+    A quiet check writes nothing here unless it must clear an error or remember new raw bytes.
+    """
     if outcome.kind == QUIET:
-        fields = {**common, Monitor.raw_hash: outcome.raw_hash, Monitor.failure_count: 0}
-        if monitor.last_error:
-            fields[Monitor.last_error] = ""
-        return Recorded(_claimed_update(monitor.id, claim_seq, fields) == 1)
+        return _record_quiet(monitor, claim_seq, outcome)
+    if not isinstance(monitor, Monitor):
+        monitor = load_for_check(monitor.id)
     with database.atomic():
         if outcome.kind == ERROR:
-            fields = {**common, Monitor.failure_count: Monitor.failure_count + 1,
-                      Monitor.last_error: outcome.error, Monitor.updated_at: now}
+            fields = {Monitor.failure_count: Monitor.failure_count + 1, Monitor.last_error: outcome.error,
+                      Monitor.updated_at: now}
             return _store_run(monitor, claim_seq, fields, ERROR, outcome.error)
-        return _record_change(monitor, claim_seq, outcome, now, common)
+        return _record_change(monitor, claim_seq, outcome, now)
 
 
-def _record_change(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datetime, common: dict) -> Recorded:
+def _record_quiet(monitor: Monitor, claim_seq: int, outcome: Outcome) -> Recorded:
+    fields = {}
+    if outcome.raw_hash != monitor.raw_hash:
+        fields[Monitor.raw_hash] = outcome.raw_hash
+    if monitor.last_error or monitor.failure_count:
+        fields.update({Monitor.last_error: "", Monitor.failure_count: 0})
+    if fields and _claimed_update(monitor.id, claim_seq, fields, bump=False) != 1:
+        return Recorded(False)
+    return Recorded(True)
+
+
+def _record_change(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datetime) -> Recorded:
     verdict = outcome.verdict
     fired = outcome.kind == FIRED
     last = fired and monitor.wakes_used + 1 >= monitor.max_wakes
-    fields = {**common, Monitor.raw_hash: outcome.raw_hash, Monitor.content_hash: outcome.content_hash,
+    fields = {Monitor.raw_hash: outcome.raw_hash, Monitor.content_hash: outcome.content_hash,
               Monitor.check_state: verdict.state, Monitor.last_changed_at: now, Monitor.failure_count: 0,
               Monitor.last_error: "", Monitor.updated_at: now}
     if fired:
@@ -123,7 +189,10 @@ def _store_run(monitor: Monitor, claim_seq: int, fields: dict, kind: str, detail
     return Recorded(True)
 
 
-def _claimed_update(monitor_id: str, claim_seq: int, fields: dict) -> int:
+def _claimed_update(monitor_id: str, claim_seq: int, fields: dict, bump: bool = True) -> int:
+    """Write only while the claim holds; bumping the claim number makes any duplicate of it stale."""
+    if bump:
+        fields = {**fields, Monitor.claim_seq: Monitor.claim_seq + 1}
     return (Monitor.update(fields)
             .where((Monitor.id == monitor_id) & (Monitor.claim_seq == claim_seq) & (Monitor.status == ACTIVE))
             .execute())
@@ -189,10 +258,12 @@ def user_monitors(user: User, conversation: Conversation | None = None, live: bo
     return list(query.order_by(Monitor.created_at.desc()))
 
 
-def event_payload(monitor: Monitor) -> dict:
+def event_payload(monitor: Monitor | Claimed) -> dict:
     """The monitor.updated event."""
+    conversation = (monitor.conversation_external_id if isinstance(monitor, Claimed)
+                    else monitor.conversation.external_id)
     return {"monitor_id": monitor.id, "status": monitor.status, "wakes_left": monitor.wakes_left,
-            "last_checked_at": iso(monitor.last_checked_at), "conversation_id": monitor.conversation.external_id,
+            "last_checked_at": iso(monitor.last_checked_at), "conversation_id": conversation,
             "check_count": monitor.check_count, "last_error": monitor.last_error or None}
 
 
@@ -202,6 +273,11 @@ def monitor_json(monitor: Monitor) -> dict:
             "next_check_at": iso(monitor.next_check_at) if monitor.status == ACTIVE else None,
             "expires_at": iso(monitor.expires_at), "max_wakes": monitor.max_wakes,
             "baseline": monitor.baseline, "created_at": iso(monitor.created_at)}
+
+
+def _parse_time(value: str) -> datetime:
+    """SQLite hands timestamps back as text."""
+    return datetime.fromisoformat(value)
 
 
 def _immediate() -> tuple:

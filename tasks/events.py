@@ -17,5 +17,11 @@ def publish_monitor(monitor, *, status_changed: bool = True) -> None:
                          "watching": is_watching(monitor.conversation_id)})
 
 
+def publish_quiet(monitors: list) -> None:
+    """monitor.updated for a batch of quiet checks, sent together."""
+    if monitors:
+        current().bus.publish_many([(m.user_id, "monitor.updated", event_payload(m)) for m in monitors])
+
+
 def publish_message(user_id: int, conversation_id: str, message) -> None:
     current().publish(user_id, "message.created", {"conversation_id": conversation_id, **message_json(message)})

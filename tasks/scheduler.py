@@ -12,7 +12,7 @@ from datetime import datetime
 
 from models import connection, utcnow
 from models.monitors import claim_due, expire_due
-from tasks.checks import check_monitor
+from tasks.checks import BATCH_SIZE, check_monitors
 from tasks.events import publish_message, publish_monitor
 
 log = logging.getLogger(__name__)
@@ -25,8 +25,8 @@ def tick(now: datetime, batch_size: int) -> int:
         if message is not None:
             publish_message(monitor.user_id, monitor.conversation.external_id, message)
     claimed = claim_due(now, batch_size)
-    for monitor_id, claim_seq in claimed:
-        check_monitor.send(monitor_id, claim_seq)
+    for start in range(0, len(claimed), BATCH_SIZE):
+        check_monitors.send([list(claim) for claim in claimed[start:start + BATCH_SIZE]])
     return len(claimed)
 
 

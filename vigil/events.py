@@ -32,6 +32,10 @@ class LocalBus:
             except RuntimeError:  # the subscriber's loop has closed
                 pass
 
+    def publish_many(self, events: list[tuple[int, str, dict]]) -> None:
+        for user_id, name, data in events:
+            self.publish(user_id, name, data)
+
     @asynccontextmanager
     async def subscribe(self, user_id: int) -> AsyncIterator[asyncio.Queue]:
         entry = (asyncio.get_running_loop(), asyncio.Queue(maxsize=1000))
@@ -58,6 +62,16 @@ class RedisBus:
             self._client.publish(_CHANNEL.format(user_id), json.dumps({"name": name, "data": data}))
         except Exception as exc:  # an event lost to a Redis outage must not fail the check that made it
             log.warning("event %s not published: %s", name, exc)
+
+    def publish_many(self, events: list[tuple[int, str, dict]]) -> None:
+        """Several events in one round trip."""
+        try:
+            pipe = self._client.pipeline(transaction=False)
+            for user_id, name, data in events:
+                pipe.publish(_CHANNEL.format(user_id), json.dumps({"name": name, "data": data}))
+            pipe.execute()
+        except Exception as exc:  # as in publish(): an outage loses events, never checks
+            log.warning("%d events not published: %s", len(events), exc)
 
     @asynccontextmanager
     async def subscribe(self, user_id: int) -> AsyncIterator[asyncio.Queue]:

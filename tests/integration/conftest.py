@@ -70,6 +70,14 @@ def drain(broker):
 
 
 @pytest.fixture()
+def run_due_checks(drain):
+    """Tick the real scheduler on the test's own clock and process what it enqueued."""
+    from tests.integration.helpers import Clock
+
+    return Clock(drain)
+
+
+@pytest.fixture()
 def reconfigure(settings, broker):
     """Run the rest of the test with some settings changed, as an operator would set them."""
     from dataclasses import replace

@@ -22,11 +22,22 @@ def tool(client, token: str, action: str, arguments: dict | None = None, convers
                              "context": {"conversation_id": conversation, "channel": channel, "agent_id": "agent-1"}})
 
 
-def run_due_checks(drain, seconds_ahead: int = 4000) -> int:
-    """Tick the real scheduler as if `seconds_ahead` had passed, then let the worker process it all."""
-    from tasks.scheduler import tick
+class Clock:
+    """Ticks the real scheduler at a time of the test's own, moving ahead on every call."""
 
-    with db():
-        claimed = tick(utcnow() + timedelta(seconds=seconds_ahead), 500)
-    drain()
-    return claimed
+    def __init__(self, drain) -> None:
+        self.drain = drain
+        self.offset = 0
+
+    def __call__(self, seconds_ahead: int = 4000) -> int:
+        """Tick as if `seconds_ahead` more had passed, then let the worker process it all."""
+        from tasks.scheduler import tick
+
+        self.offset += seconds_ahead
+        with db():
+            claimed = tick(utcnow() + timedelta(seconds=self.offset), 500)
+        self.drain()
+        return claimed
+
+    def now(self):
+        return utcnow() + timedelta(seconds=self.offset)

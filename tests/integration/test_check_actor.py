@@ -8,8 +8,8 @@ from datetime import timedelta
 from models import utcnow
 from models.monitors import claim_due
 from models.tables import Message, Monitor, MonitorRun, Wake
-from tasks.checks import check_monitor
-from tests.integration.helpers import db, run_due_checks, tool
+from tasks.checks import check_monitors
+from tests.integration.helpers import db, tool
 
 PAGE = "<html><body><p id='price'>Price: ${price}</p><footer>{noise}</footer></body></html>"
 
@@ -43,93 +43,93 @@ def runs(monitor_id: str) -> int:
         return MonitorRun.select().where(MonitorRun.monitor == monitor_id).count()
 
 
-def test_unchanged_page_is_a_quiet_check(client, owner, pages, drain):
+def test_unchanged_page_is_a_quiet_check(client, owner, pages, run_due_checks):
     monitor_id = make_monitor(client, owner[1], pages.set("/q", quote("95.10")))
     for _ in range(3):
-        assert run_due_checks(drain) == 1
+        assert run_due_checks() == 1
     monitor = state(monitor_id)
     assert monitor.check_count == 4 and monitor.last_error == ""
     assert runs(monitor_id) == 0 and wakes(monitor_id) == []
     assert pages.hits["/q"] == 4
 
 
-def test_same_text_in_different_markup_is_quiet(client, owner, pages, drain):
+def test_same_text_in_different_markup_is_quiet(client, owner, pages, run_due_checks):
     monitor_id = make_monitor(client, owner[1], pages.set("/q", quote("95.10")), source={
         "type": "page", "url": pages.url("/q")}, check={"type": "change"})
     pages.set("/q", quote("95.10").replace("<p id='price'>", "<p id='price' class='x'>"))
-    run_due_checks(drain)
+    run_due_checks()
     assert runs(monitor_id) == 0 and wakes(monitor_id) == []
     assert state(monitor_id).check_count == 2
 
 
-def test_crossing_wakes_once_with_what_was_found(client, owner, pages, drain):
+def test_crossing_wakes_once_with_what_was_found(client, owner, pages, run_due_checks):
     monitor_id = make_monitor(client, owner[1], pages.set("/q", quote("95.10")), max_wakes=3)
     pages.set("/q", quote("89.50"))
-    run_due_checks(drain)
+    run_due_checks()
     [wake] = wakes(monitor_id)
     assert "89.50 is below 90 (was 95.10)" in wake.content and "Tell the user." in wake.content
     assert wake.role == "wake"
     assert wake.metadata["wake"] == {"source": "monitor", "ref_id": monitor_id,
                                      "dedupe_key": wake.metadata["wake"]["dedupe_key"]}
     pages.set("/q", quote("88.00"))
-    run_due_checks(drain)
+    run_due_checks()
     assert len(wakes(monitor_id)) == 1, "staying below must not fire again"
     pages.set("/q", quote("91.00"))
-    run_due_checks(drain)
+    run_due_checks()
     pages.set("/q", quote("89.00"))
-    run_due_checks(drain)
+    run_due_checks()
     assert len(wakes(monitor_id)) == 2, "back over and down again is a new fact"
     assert state(monitor_id).wakes_left == 1
 
 
-def test_last_wake_ends_the_monitor_and_says_so(client, owner, pages, drain):
+def test_last_wake_ends_the_monitor_and_says_so(client, owner, pages, run_due_checks):
     monitor_id = make_monitor(client, owner[1], pages.set("/q", quote("95.10")))
     pages.set("/q", quote("80"))
-    run_due_checks(drain)
+    run_due_checks()
     [wake] = wakes(monitor_id)
     assert "last wake" in wake.content
     monitor = state(monitor_id)
     assert monitor.status == "done" and monitor.wakes_left == 0
     pages.set("/q", quote("99"))
-    assert run_due_checks(drain) == 0
+    assert run_due_checks() == 0
 
 
-def test_page_change_wakes_exactly_once(client, owner, pages, drain):
+def test_page_change_wakes_exactly_once(client, owner, pages, run_due_checks):
     url = pages.set("/notes", "<h1>Release notes</h1><ul><li>1.0 first</li></ul>")
     monitor_id = make_monitor(client, owner[1], url, source={"type": "page", "url": url},
                               check={"type": "change"}, max_wakes=5)
     pages.set("/notes", "<h1>Release notes</h1><ul><li>1.1 second</li><li>1.0 first</li></ul>")
-    run_due_checks(drain)
-    run_due_checks(drain)
+    run_due_checks()
+    run_due_checks()
     [wake] = wakes(monitor_id)
     assert "+ 1.1 second" in wake.content
     assert runs(monitor_id) == 1
 
 
-def test_same_message_processed_twice_wakes_once(client, owner, pages, drain, broker):
+def test_same_message_processed_twice_wakes_once(client, owner, pages, run_due_checks, broker):
     monitor_id = make_monitor(client, owner[1], pages.set("/q", quote("95.10")))
     pages.set("/q", quote("70"))
     with db():
         [(claimed_id, claim_seq)] = claim_due(utcnow() + timedelta(hours=1), 10)
-    check_monitor.send(claimed_id, claim_seq)
-    check_monitor.send(claimed_id, claim_seq)
-    drain()
+    check_monitors.send([[claimed_id, claim_seq]])
+    check_monitors.send([[claimed_id, claim_seq]])
+    run_due_checks.drain()
     assert len(wakes(monitor_id)) == 1
     assert state(monitor_id).check_count == 2, "the duplicate must not count as a second check"
 
 
-def test_concurrent_duplicates_of_one_claim_wake_once(client, owner, pages, drain):
+def test_concurrent_duplicates_of_one_claim_wake_once(client, owner, pages, run_due_checks):
     monitor_id = make_monitor(client, owner[1], pages.set("/q", quote("95.10")))
     pages.set("/q", quote("70"))
     with db():
         [(claimed_id, claim_seq)] = claim_due(utcnow() + timedelta(hours=1), 10)
     for _ in range(6):
-        check_monitor.send(claimed_id, claim_seq)
-    drain()
+        check_monitors.send([[claimed_id, claim_seq]])
+    run_due_checks.drain()
     assert len(wakes(monitor_id)) == 1 and state(monitor_id).check_count == 2
 
 
-def test_lost_message_only_delays_the_check(client, owner, pages, drain):
+def test_lost_message_only_delays_the_check(client, owner, pages, run_due_checks):
     monitor_id = make_monitor(client, owner[1], pages.set("/q", quote("95.10")))
     pages.set("/q", quote("70"))
     later = utcnow() + timedelta(hours=1)
@@ -137,43 +137,43 @@ def test_lost_message_only_delays_the_check(client, owner, pages, drain):
         assert len(claim_due(later, 10)) == 1  # claimed, but the message never reaches a worker
         assert claim_due(later, 10) == [], "a claimed monitor is leased until its next due time"
     assert wakes(monitor_id) == []
-    assert run_due_checks(drain, seconds_ahead=3600 + 300 + 61) == 1
+    assert run_due_checks(seconds_ahead=3600 + 600) == 1
     assert len(wakes(monitor_id)) == 1
 
 
-def test_paused_monitor_is_not_checked_and_stale_claim_is_dropped(client, owner, pages, drain):
+def test_paused_monitor_is_not_checked_and_stale_claim_is_dropped(client, owner, pages, run_due_checks):
     monitor_id = make_monitor(client, owner[1], pages.set("/q", quote("95.10")))
     pages.set("/q", quote("70"))
     with db():
         [(claimed_id, claim_seq)] = claim_due(utcnow() + timedelta(hours=1), 10)
     response = client.post(f"/api/monitors/{monitor_id}/pause", headers={"Authorization": f"Bearer {owner[1]}"})
     assert response.status_code == 200
-    check_monitor.send(claimed_id, claim_seq)
-    drain()
+    check_monitors.send([[claimed_id, claim_seq]])
+    run_due_checks.drain()
     assert wakes(monitor_id) == [] and state(monitor_id).status == "paused"
-    assert run_due_checks(drain) == 0
+    assert run_due_checks() == 0
 
 
-def test_source_error_is_recorded_without_a_wake(client, owner, pages, drain):
+def test_source_error_is_recorded_without_a_wake(client, owner, pages, run_due_checks):
     monitor_id = make_monitor(client, owner[1], pages.set("/q", quote("95.10")))
     pages.set("/q", "<p>gone</p>", status=404)
-    run_due_checks(drain)
+    run_due_checks()
     monitor = state(monitor_id)
     assert "404" in monitor.last_error and monitor.failure_count == 1 and monitor.status == "active"
     assert wakes(monitor_id) == []
     pages.set("/q", quote("95.10"))
-    run_due_checks(drain)
+    run_due_checks()
     monitor = state(monitor_id)
     assert monitor.last_error == "" and monitor.failure_count == 0
 
 
-def test_json_source_threshold_at_path(client, owner, pages, drain):
+def test_json_source_threshold_at_path(client, owner, pages, run_due_checks):
     url = pages.set_json("/run.json", json.dumps({"jobs": [{"remaining": 2}], "z": 1}))
     monitor_id = make_monitor(client, owner[1], url, source={"type": "json", "url": url},
                               check={"type": "threshold", "value_path": "jobs[0].remaining", "op": "==", "value": 0})
     pages.set_json("/run.json", json.dumps({"z": 1, "jobs": [{"remaining": 2}]}))
-    run_due_checks(drain)
+    run_due_checks()
     assert runs(monitor_id) == 0, "reordered keys are not a change"
     pages.set_json("/run.json", json.dumps({"jobs": [{"remaining": 0}], "z": 1}))
-    run_due_checks(drain)
+    run_due_checks()
     assert len(wakes(monitor_id)) == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from models.tables import Monitor
-from tests.integration.helpers import db, run_due_checks, tool
+from tests.integration.helpers import db, tool
 
 PAGE = "<p id='price'>Price: $95.10</p>"
 
@@ -40,16 +40,16 @@ def test_list_filters_by_conversation_and_live(client, owner, pages):
     assert client.get("/api/monitors?status=dead", headers=auth(owner[1])).status_code == 400
 
 
-def test_pause_resume_cancel_by_token(client, owner, pages, drain):
+def test_pause_resume_cancel_by_token(client, owner, pages, run_due_checks):
     monitor_id = create(client, owner[1], pages.set("/p", PAGE))
     paused = client.post(f"/api/monitors/{monitor_id}/pause", headers=auth(owner[1]))
     assert paused.status_code == 200 and paused.json()["status"] == "paused"
-    assert run_due_checks(drain) == 0, "a paused monitor is not checked"
+    assert run_due_checks() == 0, "a paused monitor is not checked"
     again = client.post(f"/api/monitors/{monitor_id}/pause", headers=auth(owner[1]))
     assert again.status_code == 409 and "paused" in again.json()["detail"]
     resumed = client.post(f"/api/monitors/{monitor_id}/resume", headers=auth(owner[1]))
     assert resumed.status_code == 200 and resumed.json()["status"] == "active"
-    assert run_due_checks(drain, seconds_ahead=1) == 1, "a resumed monitor is checked soon"
+    assert run_due_checks(seconds_ahead=1) == 1, "a resumed monitor is checked soon"
     cancelled = client.post(f"/api/monitors/{monitor_id}/cancel", headers=auth(owner[1]))
     assert cancelled.json()["status"] == "cancelled"
     assert client.post(f"/api/monitors/{monitor_id}/resume", headers=auth(owner[1])).status_code == 409
@@ -112,13 +112,13 @@ def test_logout_ends_the_session(client, owner):
     assert client.get("/settings/monitors", follow_redirects=False).status_code in (302, 303)
 
 
-def test_messages_api_pages_with_a_cursor(client, owner, pages, drain):
+def test_messages_api_pages_with_a_cursor(client, owner, pages, run_due_checks):
     url = pages.set("/p", "<p>v1</p>")
     args = {"description": "notes", "source": {"type": "page", "url": url}, "max_wakes": 5}
     tool(client, owner[1], "monitor_create", args)
     for version in ("v2", "v3", "v4"):
         pages.set("/p", f"<p>{version}</p>")
-        run_due_checks(drain)
+        run_due_checks()
     first = client.get("/api/conversations/conv-1/messages?after=0&limit=2", headers=auth(owner[1])).json()
     assert len(first["messages"]) == 2 and "+ v2" in first["messages"][0]["content"]
     rest = client.get(f"/api/conversations/conv-1/messages?after={first['next_cursor']}",
