@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from bs4 import BeautifulSoup, NavigableString, Tag
 from bs4.element import CData, PreformattedString
 
+from engine.errors import ContentError  # noqa: F401  (raised here, imported from here by callers)
+
 _HIDDEN_TAGS = ("script", "style", "noscript", "template", "svg", "head")
 #: Elements that start a new line of readable text; everything else flows inline.
 _BLOCKS = frozenset({
@@ -20,10 +22,6 @@ _BLOCKS = frozenset({
 _ANY_SPACE = re.compile(r"\s+")
 _BLANK_RUNS = re.compile(r"\n{3,}")
 _SPACES = re.compile(r"[ \t\r\f\v]+")
-
-
-class ContentError(ValueError):
-    """The body does not hold what the monitor reads (no JSON, selector gone, …)."""
 
 
 @dataclass(frozen=True)

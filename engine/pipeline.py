@@ -7,11 +7,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from engine.checks import CheckSpec, Verdict, baseline, evaluate
-from engine.content import Content, ContentError, json_content, page_content, sha256_hex
+from engine.content import Content, sha256_hex
+from engine.errors import ContentError
 from engine.http import FetchError, Fetcher
-from engine.spec import SourceSpec
+from engine.sources import SourceIO, SourceSpec, normalize, read
 
 QUIET, CHANGED, FIRED, ERROR, BASELINE = "quiet", "changed", "fired", "error", "baseline"
 
@@ -40,11 +42,11 @@ class Outcome:
     unreachable: bool = False
 
 
-def run_check(fetcher: Fetcher, source: SourceSpec, check: CheckSpec, prior: Prior,
-              max_text_bytes: int) -> Outcome:
+def run_check(io: SourceIO | Fetcher, source: SourceSpec, check: CheckSpec, prior: Prior,
+              max_text_bytes: int, now: datetime | None = None) -> Outcome:
     """The outcome of checking `source` once against what was stored last time."""
     try:
-        body = fetcher.get(source.url).body
+        body = read(source, io if isinstance(io, SourceIO) else SourceIO(io))
     except FetchError as exc:
         return Outcome(ERROR, error=exc.message, unreachable=exc.unreachable)
     raw_hash = sha256_hex(body)
@@ -54,21 +56,15 @@ def run_check(fetcher: Fetcher, source: SourceSpec, check: CheckSpec, prior: Pri
         content = normalize(source, body, max_text_bytes)
         if prior.state is not None and content.digest == prior.content_hash:
             return Outcome(QUIET, raw_hash=raw_hash, content_hash=content.digest)
-        verdict = judge_content(check, content, prior.stored_state())
+        verdict = judge_content(check, content, prior.stored_state(), now)
     except ContentError as exc:
         return Outcome(ERROR, raw_hash=raw_hash, error=_sentence(str(exc)))
     kind = BASELINE if prior.state is None else FIRED if verdict.fired else CHANGED
     return Outcome(kind, raw_hash=raw_hash, content_hash=content.digest, verdict=verdict)
 
 
-def normalize(source: SourceSpec, body: bytes, max_text_bytes: int) -> Content:
-    if source.type == "json":
-        return json_content(body, max_text_bytes)
-    return page_content(body, source.selector, max_text_bytes)
-
-
-def judge_content(check: CheckSpec, content: Content, state: dict | None) -> Verdict:
-    return baseline(check, content) if state is None else evaluate(check, content, state)
+def judge_content(check: CheckSpec, content: Content, state: dict | None, now: datetime | None = None) -> Verdict:
+    return baseline(check, content, now) if state is None else evaluate(check, content, state, now)
 
 
 def _sentence(text: str) -> str:

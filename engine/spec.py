@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
-import soupsieve
-
-from engine.checks import CHECK_TYPES, CheckSpec, normalize_op
+from engine.checks import CheckSpec, parse_check
 from engine.durations import describe_duration, parse_duration
-from engine.http import BlockedURL, check_url
-from engine.paths import PathError, parse_path
+from engine.errors import SpecError
+from engine.sources import SOURCE_TYPES, SourcePolicy, SourceSpec, parse_source
 
-SOURCE_TYPES = ("page", "json")
-_CHECK_FIELDS = {"change": {"type"}, "threshold": {"type", "op", "value", "value_path"}}
+__all__ = ["SOURCE_TYPES", "SourcePolicy", "SourceSpec", "SpecError", "parse_check", "parse_source"]
+
 ARGUMENTS = ("description", "source", "check", "on_match", "interval", "expires_in", "max_wakes")
 
 #: Channels whose conversations a wake cannot resume, and why (seed 000, "Where it works").
@@ -28,10 +25,6 @@ UNREACHABLE_CHANNELS = {
 }
 
 
-class SpecError(ValueError):
-    """Arguments the model must fix; str() is the sentence to give it."""
-
-
 @dataclass(frozen=True)
 class Limits:
     default_interval: int = 900
@@ -39,13 +32,6 @@ class Limits:
     default_ttl: int = 7 * 86400
     max_ttl: int = 30 * 86400
     max_wakes: int = 20
-
-
-@dataclass(frozen=True)
-class SourceSpec:
-    type: str
-    url: str
-    selector: str | None = None
 
 
 @dataclass(frozen=True)
@@ -68,7 +54,8 @@ def channel_refusal(channel: str) -> str | None:
             "so tell the user you can't watch this for them here.")
 
 
-def parse_create(arguments: object, limits: Limits) -> tuple[MonitorSpec, list[str]]:
+def parse_create(arguments: object, limits: Limits,
+                 policy: SourcePolicy = SourcePolicy()) -> tuple[MonitorSpec, list[str]]:
     """The spec and the notes about limits applied; raises SpecError."""
     if not isinstance(arguments, dict):
         raise SpecError("arguments must be an object with description and source.")
@@ -78,7 +65,7 @@ def parse_create(arguments: object, limits: Limits) -> tuple[MonitorSpec, list[s
     notes: list[str] = []
     spec = MonitorSpec(
         description=_text(arguments, "description", required=True, limit=500),
-        source=parse_source(arguments.get("source")),
+        source=parse_source(arguments.get("source"), policy),
         check=parse_check(arguments.get("check")),
         on_match=_text(arguments, "on_match", required=False, limit=2000),
         interval_seconds=_interval(arguments.get("interval"), limits, notes),
@@ -90,55 +77,6 @@ def parse_create(arguments: object, limits: Limits) -> tuple[MonitorSpec, list[s
     return spec, notes
 
 
-def parse_source(source: object) -> SourceSpec:
-    if not isinstance(source, dict):
-        raise SpecError('source is required: an object like {"type": "page", "url": "https://…"}.')
-    kind = source.get("type")
-    if kind not in SOURCE_TYPES:
-        raise SpecError(f"source.type must be one of {', '.join(SOURCE_TYPES)} (got {kind!r}).")
-    url = source.get("url")
-    if not isinstance(url, str) or not url.strip():
-        raise SpecError(f"source.url is required for a {kind} source: the http(s) address to watch.")
-    try:
-        check_url(url.strip())
-    except BlockedURL as exc:
-        raise SpecError(f"source.url can't be watched: {exc.message}") from None
-    selector = source.get("selector")
-    if selector is not None:
-        _check_selector(kind, selector)
-    extra = sorted(set(source) - {"type", "url", "selector"})
-    if extra:
-        raise SpecError(f"source has an unknown field '{extra[0]}'; a {kind} source takes type, url and selector.")
-    return SourceSpec(type=kind, url=url.strip(), selector=selector or None)
-
-
-def parse_check(check: object) -> CheckSpec:
-    if check is None:
-        return CheckSpec()
-    if not isinstance(check, dict):
-        raise SpecError('check must be an object like {"type": "change"}.')
-    kind = check.get("type")
-    if kind not in CHECK_TYPES:
-        raise SpecError(f"check.type must be one of {', '.join(CHECK_TYPES)} (got {kind!r}).")
-    allowed = _CHECK_FIELDS[kind]
-    extra = sorted(set(check) - allowed)
-    if extra:
-        raise SpecError(f"check has an unknown field '{extra[0]}'; a {kind} check takes {', '.join(sorted(allowed))}.")
-    if kind == "change":
-        return CheckSpec()
-    op = normalize_op(check.get("op"))
-    if op is None:
-        raise SpecError(f"check.op must be one of < <= > >= == != or a word like below/above (got {check.get('op')!r}).")
-    value = _number(check.get("value"))
-    path = check.get("value_path")
-    if path is not None:
-        try:
-            parse_path(path)
-        except PathError as exc:
-            raise SpecError(f"check.value_path is not usable: {exc}.") from None
-    return CheckSpec(type="threshold", op=op, value=value, value_path=path or None)
-
-
 def spec_to_record(spec: MonitorSpec) -> dict:
     return {"source": asdict(spec.source), "check": asdict(spec.check)}
 
@@ -148,32 +86,8 @@ def source_from_record(data: dict) -> SourceSpec:
 
 
 def check_from_record(data: dict) -> CheckSpec:
-    return CheckSpec(**data)
-
-
-def _check_selector(kind: str, selector: object) -> None:
-    if kind != "page":
-        raise SpecError("source.selector works on page sources only; for json use check.value_path.")
-    if not isinstance(selector, str) or not selector.strip():
-        raise SpecError("source.selector must be a CSS selector such as '#price' or '.status'.")
-    try:
-        soupsieve.compile(selector)
-    except Exception as exc:  # soupsieve raises its own SelectorSyntaxError and ValueError
-        raise SpecError(f"source.selector {selector!r} is not a valid CSS selector ({str(exc).splitlines()[0]}).") from None
-
-
-def _number(raw: object) -> float:
-    value = None
-    if isinstance(raw, (int, float)) and not isinstance(raw, bool):
-        value = float(raw)
-    elif isinstance(raw, str):
-        try:
-            value = float(raw.strip().replace(",", ""))
-        except ValueError:
-            value = None
-    if value is None or not math.isfinite(value):
-        raise SpecError(f"check.value must be a number such as 90 or 95.5 (got {raw!r}).")
-    return value
+    values = data.get("values")
+    return CheckSpec(**{**data, "values": tuple(values) if values is not None else None})
 
 
 _TEXT_PURPOSE = {"description": "a short sentence saying what this monitor waits for",

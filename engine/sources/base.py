@@ -1,0 +1,45 @@
+"""What every source shares: its spec, what reading may touch, and URL checking."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from engine.errors import SpecError
+from engine.http import BlockedURL, Fetcher, check_url
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """A source as stored; each kind reads the fields it owns and leaves the rest None."""
+    type: str
+    url: str | None = None
+    selector: str | None = None
+    items_path: str | None = None
+    key_path: str | None = None
+    path: str | None = None
+    metric: str | None = None
+    labels: dict | None = None
+
+
+@dataclass(frozen=True)
+class SourcePolicy:
+    """What an operator allows sources to read, beyond the public web."""
+    file_roots: tuple[str, ...] = ()
+
+
+@dataclass
+class SourceIO:
+    """The ways a source may read: the guarded fetcher, and the allowed file roots."""
+    fetcher: Fetcher
+    policy: SourcePolicy = field(default_factory=SourcePolicy)
+
+
+def parse_url(kind: str, raw: dict) -> str:
+    url = raw.get("url")
+    if not isinstance(url, str) or not url.strip():
+        raise SpecError(f"source.url is required for a {kind} source: the http(s) address to watch.")
+    try:
+        check_url(url.strip())
+    except BlockedURL as exc:
+        raise SpecError(f"source.url can't be watched: {exc.message}") from None
+    return url.strip()
