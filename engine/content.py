@@ -26,9 +26,12 @@ _SPACES = re.compile(r"[ \t\r\f\v]+")
 
 @dataclass(frozen=True)
 class Content:
+    """Normalized content: its text (what is hashed and shown), parsed data, and feed items."""
     text: str
     data: object = None
     is_json: bool = False
+    #: for a feed: one dict per entry, each with a string "key" (plus title, link, summary, published)
+    items: tuple[dict, ...] | None = None
 
     @property
     def digest(self) -> str:
