@@ -13,6 +13,7 @@ from litestar.template.config import TemplateConfig
 
 from app.conversations_api import ConversationsController
 from app.events import EventsController
+from app.models_page import ModelsController
 from app.monitors_api import MonitorsController
 from app.pages import PagesController
 from app.templating import env
@@ -34,7 +35,7 @@ def create_app(settings: Settings) -> Litestar:
                                   secure=settings.SESSION_COOKIE_SECURE)
     return Litestar(
         route_handlers=[ToolController, ConversationsController, MonitorsController, EventsController,
-                        PagesController, healthz,
+                        PagesController, ModelsController, healthz,
                         create_static_files_router(path="/static", directories=[STATIC])],
         middleware=[session.middleware],
         template_config=TemplateConfig(instance=JinjaTemplateEngine.from_environment(env)),

@@ -10,7 +10,7 @@ from litestar.params import JSONBody
 
 from models import connection, utcnow
 from models.conversations import ConversationRefused, conversation_for
-from models.tool_actions import ToolError, monitor_cancel, monitor_create, monitor_list
+from models.tool_actions import CreateContext, ToolError, monitor_cancel, monitor_create, monitor_list
 from app.auth import token_user
 from app.settings import limits_from
 from tasks.events import publish_monitor
@@ -48,8 +48,9 @@ def _run(action: str, user, conversation, arguments: dict) -> dict:
         settings = runtime.settings
         if not settings.MONITORS_ENABLED:
             raise ToolError("Monitors are turned off on this Vigil instance; tell the user you can't watch this.")
-        monitor, result = monitor_create(user, conversation, arguments, limits_from(settings), runtime.fetcher(),
-                                         settings.FETCH_MAX_TEXT_BYTES, utcnow())
+        ctx = CreateContext(limits_from(settings), runtime.source_io(), settings.FETCH_MAX_TEXT_BYTES,
+                            runtime.judge_policy)
+        monitor, result = monitor_create(user, conversation, arguments, ctx, utcnow())
     publish_monitor(monitor)
     return result
 

@@ -78,7 +78,7 @@ def breakdown(stats: Stats, n: int) -> str:
     import engine.http as http
     import tasks.checks as checks
     from models import connection, database, utcnow
-    from models.monitors import claim_due
+    from models.claims import claim_due
 
     import engine.pipeline as pipeline
     import peewee

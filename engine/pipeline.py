@@ -40,13 +40,15 @@ class Outcome:
     verdict: Verdict | None = None
     error: str = ""
     unreachable: bool = False
+    #: the normalized text, for the judge, when the content changed
+    text: str = ""
 
 
 def run_check(io: SourceIO | Fetcher, source: SourceSpec, check: CheckSpec, prior: Prior,
-              max_text_bytes: int, now: datetime | None = None) -> Outcome:
+              max_text_bytes: int, now: datetime | None = None, placeholders: dict | None = None) -> Outcome:
     """The outcome of checking `source` once against what was stored last time."""
     try:
-        body = read(source, io if isinstance(io, SourceIO) else SourceIO(io))
+        body = read(source, io if isinstance(io, SourceIO) else SourceIO(io), placeholders)
     except FetchError as exc:
         return Outcome(ERROR, error=exc.message, unreachable=exc.unreachable)
     raw_hash = sha256_hex(body)
@@ -60,7 +62,7 @@ def run_check(io: SourceIO | Fetcher, source: SourceSpec, check: CheckSpec, prio
     except ContentError as exc:
         return Outcome(ERROR, raw_hash=raw_hash, error=_sentence(str(exc)))
     kind = BASELINE if prior.state is None else FIRED if verdict.fired else CHANGED
-    return Outcome(kind, raw_hash=raw_hash, content_hash=content.digest, verdict=verdict)
+    return Outcome(kind, raw_hash=raw_hash, content_hash=content.digest, verdict=verdict, text=content.text)
 
 
 def judge_content(check: CheckSpec, content: Content, state: dict | None, now: datetime | None = None) -> Verdict:

@@ -11,7 +11,8 @@ from engine.sources import SOURCE_TYPES, SourcePolicy, SourceSpec, parse_source
 
 __all__ = ["SOURCE_TYPES", "SourcePolicy", "SourceSpec", "SpecError", "parse_check", "parse_source"]
 
-ARGUMENTS = ("description", "source", "check", "on_match", "interval", "expires_in", "max_wakes")
+ARGUMENTS = ("description", "source", "check", "condition", "judge_model", "on_match", "interval", "expires_in",
+             "max_wakes")
 
 #: Channels whose conversations a wake cannot resume, and why (seed 000, "Where it works").
 UNREACHABLE_CHANNELS = {
@@ -43,6 +44,8 @@ class MonitorSpec:
     interval_seconds: int
     ttl_seconds: int
     max_wakes: int
+    condition: str = ""
+    judge_model: str = ""
 
 
 def channel_refusal(channel: str) -> str | None:
@@ -71,6 +74,8 @@ def parse_create(arguments: object, limits: Limits,
         interval_seconds=_interval(arguments.get("interval"), limits, notes),
         ttl_seconds=_ttl(arguments.get("expires_in"), limits, notes),
         max_wakes=_max_wakes(arguments.get("max_wakes"), limits, notes),
+        condition=_text(arguments, "condition", required=False, limit=2000),
+        judge_model=_text(arguments, "judge_model", required=False, limit=100),
     )
     if spec.check.value_path and spec.source.type != "json":
         raise SpecError("check.value_path reads JSON; on a page source leave it out and the first number in the text is read.")
@@ -91,7 +96,9 @@ def check_from_record(data: dict) -> CheckSpec:
 
 
 _TEXT_PURPOSE = {"description": "a short sentence saying what this monitor waits for",
-                 "on_match": "what you should do when the monitor wakes you"}
+                 "on_match": "what you should do when the monitor wakes you",
+                 "condition": "in plain words, what must hold for a change to be worth waking you",
+                 "judge_model": "the name of a model in Settings → Models, or leave it out for the default"}
 
 
 def _text(arguments: dict, name: str, *, required: bool, limit: int) -> str:

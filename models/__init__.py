@@ -2,5 +2,5 @@
 
 from models.db import bind, connection, database, utcnow  # noqa: F401
 from models.tables import (  # noqa: F401
-    ALL_TABLES, ApiToken, Conversation, Message, Monitor, MonitorRun, User, Wake,
+    ALL_TABLES, ApiToken, Conversation, JudgeModel, Message, Monitor, MonitorRun, TokenUsage, User, Wake,
 )

@@ -78,6 +78,12 @@ class Monitor(BaseModel):
     last_error = peewee.TextField(default="")
     created_at = peewee.DateTimeField(default=utcnow)
     updated_at = peewee.DateTimeField(default=utcnow)
+    condition = peewee.TextField(default="")
+    judge_model = peewee.CharField(max_length=100, default="")
+    judge_failures = peewee.IntegerField(default=0)
+    judge_tokens = peewee.IntegerField(default=0)
+    unreachable_since = peewee.DateTimeField(null=True)
+    prev_checked_at = peewee.DateTimeField(null=True)
 
     class Meta:
         table_name = "monitors"
@@ -111,4 +117,32 @@ class Wake(BaseModel):
         indexes = ((("monitor", "dedupe_key"), True),)
 
 
-ALL_TABLES = [User, ApiToken, Conversation, Message, Monitor, MonitorRun, Wake]
+class JudgeModel(BaseModel):
+    """A catalog entry: a name that resolves to a provider, its key (encrypted) and the upstream model."""
+    name = peewee.CharField(max_length=100, unique=True)
+    base_url = peewee.CharField(max_length=500)
+    api_key_encrypted = peewee.TextField()
+    model = peewee.CharField(max_length=200)
+    api_version = peewee.CharField(max_length=40, default="")
+    created_at = peewee.DateTimeField(default=utcnow)
+    updated_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "judge_models"
+
+
+class TokenUsage(BaseModel):
+    """Tokens a model call spent, billed to a user (source "monitor_judge" for the judge)."""
+    user = peewee.ForeignKeyField(User, on_delete="CASCADE")
+    monitor = peewee.ForeignKeyField(Monitor, null=True, on_delete="SET NULL")
+    source = peewee.CharField(max_length=40)
+    model_name = peewee.CharField(max_length=100)
+    prompt_tokens = peewee.IntegerField(default=0)
+    completion_tokens = peewee.IntegerField(default=0)
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "token_usage"
+
+
+ALL_TABLES = [User, ApiToken, Conversation, Message, Monitor, MonitorRun, Wake, JudgeModel, TokenUsage]

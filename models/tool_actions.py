@@ -7,11 +7,15 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from engine.http import Fetcher
+from dataclasses import dataclass
+
 from engine.pipeline import BASELINE, Prior, run_check
+from engine.placeholders import values as placeholder_values
 from engine.schedule import next_check_at
+from engine.sources import SourceIO
 from engine.spec import Limits, SpecError, channel_refusal, parse_create
 from models.db import iso
+from models.judging import DEFAULT_MODEL, JudgePolicy, resolve_model
 from models.monitors import (
     CANCELLED, MonitorNotFound, TransitionRefused, change_status, create_monitor, user_monitors,
 )
@@ -22,19 +26,30 @@ class ToolError(ValueError):
     """Something the model can fix or must relay; str() is the sentence for it."""
 
 
-def monitor_create(user: User, conversation: Conversation, arguments: object, limits: Limits,
-                   fetcher: Fetcher, max_text_bytes: int, now: datetime):
+@dataclass(frozen=True)
+class CreateContext:
+    """What monitor_create needs of the instance: its limits, how sources are read, the judge catalog."""
+    limits: Limits
+    io: SourceIO
+    max_text_bytes: int
+    judge: JudgePolicy
+
+
+def monitor_create(user: User, conversation: Conversation, arguments: object, ctx: CreateContext, now: datetime):
     """Validate, take the baseline check, store the monitor. Returns (monitor, result)."""
     refusal = channel_refusal(conversation.channel)
     if refusal:
         raise ToolError(refusal)
     try:
-        spec, notes = parse_create(arguments, limits)
+        spec, notes = parse_create(arguments, ctx.limits, ctx.io.policy)
     except SpecError as exc:
         raise ToolError(str(exc)) from None
-    outcome = run_check(fetcher, spec.source, spec.check, Prior(), max_text_bytes)
+    notes += _judge_notes(spec.condition, spec.judge_model, ctx.judge)
+    outcome = run_check(ctx.io, spec.source, spec.check, Prior(), ctx.max_text_bytes, now=now,
+                        placeholders=placeholder_values(now, None, None))
     if outcome.kind != BASELINE:
-        raise ToolError(f"The first check of {spec.source.url} failed, so no monitor was created: {outcome.error}")
+        where = spec.source.url or spec.source.path
+        raise ToolError(f"The first check of {where} failed, so no monitor was created: {outcome.error}")
     if spec.check.type == "threshold" and outcome.verdict.state.get("holds"):
         notes.append("The condition already holds now; it fires only after the value crosses back and "
                      "then meets it again, so tell the user the current value.")
@@ -45,6 +60,19 @@ def monitor_create(user: User, conversation: Conversation, arguments: object, li
         "next_check_at": iso(monitor.next_check_at), "expires_at": iso(monitor.expires_at),
         "wakes_left": monitor.wakes_left, "notes": notes,
     }
+
+
+def _judge_notes(condition: str, model_name: str, policy: JudgePolicy) -> list[str]:
+    if model_name and not condition:
+        raise ToolError("judge_model only applies with a condition; add the condition or leave judge_model out.")
+    if not condition:
+        return []
+    if resolve_model(model_name, policy) is not None:
+        return []
+    if model_name and model_name != DEFAULT_MODEL:
+        raise ToolError(f"There is no judge model named {model_name!r}; leave judge_model out to use the default.")
+    return ["No judge model is configured, so matches will wake you marked as not checked against the "
+            "condition; decide yourself whether it holds."]
 
 
 def monitor_list(user: User, conversation: Conversation) -> dict:

@@ -4,28 +4,29 @@ from __future__ import annotations
 
 import dramatiq
 
-from engine.pipeline import QUIET, Prior, run_check
+from engine.pipeline import FIRED, QUIET, Outcome, Prior, run_check
+from engine.placeholders import values as placeholder_values
 from engine.spec import check_from_record, source_from_record
 from models import utcnow
-from models.monitors import load_claimed, load_for_check, record_check
+from models.claims import Claimed, load_claimed
+from models.judging import judge_match
+from models.monitors import load_for_check
+from models.results import Recorded, pause_and_tell, record_check, record_judge_failure
 from tasks.events import publish_message, publish_monitor, publish_quiet
-from tasks.runtime import current
+from tasks.runtime import Runtime, current
 
 #: Monitors per message: one query and one round of events for the lot, fetched one after another.
 BATCH_SIZE = 20
 
 
 @dramatiq.actor(queue_name="checks", max_retries=3, min_backoff=1000, max_backoff=30000,
-                time_limit=BATCH_SIZE * 40_000)
+                time_limit=BATCH_SIZE * 100_000)
 def check_monitors(claims: list[list]) -> None:
     """Check each claimed monitor once; a claim that is no longer current (a duplicate) does nothing."""
     runtime = current()
     quiet = []
     for monitor in load_claimed([(monitor_id, seq) for monitor_id, seq in claims]):
-        prior = Prior(monitor.raw_hash, monitor.content_hash, monitor.state if monitor.state_json else None)
-        outcome = run_check(runtime.fetcher(), source_from_record(monitor.source),
-                            check_from_record(monitor.check), prior, runtime.settings.FETCH_MAX_TEXT_BYTES)
-        recorded = record_check(monitor, monitor.claim_seq, outcome, utcnow())
+        outcome, recorded = check_one(runtime, monitor)
         if not recorded.written:
             continue
         if outcome.kind == QUIET:
@@ -36,6 +37,29 @@ def check_monitors(claims: list[list]) -> None:
         if recorded.woke is not None:
             publish_message(monitor.user_id, monitor.conversation_external_id, recorded.woke)
     publish_quiet(quiet)
+
+
+def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded]:
+    """Fetch, compare, judge a match if the monitor has a condition, and record it."""
+    now = utcnow()
+    prior = Prior(monitor.raw_hash, monitor.content_hash, monitor.state if monitor.state_json else None)
+    filled = placeholder_values(now, monitor.prev_checked_at, monitor.last_changed_at)
+    outcome = run_check(runtime.source_io(), source_from_record(monitor.source), check_from_record(monitor.check),
+                        prior, runtime.settings.FETCH_MAX_TEXT_BYTES, now=now, placeholders=filled)
+    if outcome.kind != FIRED:
+        return outcome, record_check(monitor, monitor.claim_seq, outcome, now, runtime.lifecycle)
+    full = load_for_check(monitor.id)
+    if not full.condition:
+        return outcome, record_check(full, monitor.claim_seq, outcome, now, runtime.lifecycle)
+    step = judge_match(full, outcome, runtime.judge_session(), runtime.judge_policy, now)
+    if step.over_budget:
+        reason = (f"Its judge model has used up the token budget of {runtime.judge_policy.token_budget}; "
+                  f"the latest match was: {outcome.verdict.found}")
+        return outcome, pause_and_tell(full, monitor.claim_seq, reason, now)
+    if step.failure:
+        return outcome, record_judge_failure(full, monitor.claim_seq, step.failure, now)
+    return step.outcome, record_check(full, monitor.claim_seq, step.outcome, now, runtime.lifecycle,
+                                      unchecked=step.unchecked)
 
 
 ACTORS = [check_monitors]

@@ -1,11 +1,18 @@
-"""What actors and the scheduler share within one process: settings, the event bus, fetchers."""
+"""What actors and the scheduler share within one process: settings, the event bus, fetchers, policies."""
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import requests
+
+from engine.crypto import Keyring
 from engine.http import FetchPolicy, Fetcher
+from engine.judge import JudgeModel
+from engine.sources import SourceIO, SourcePolicy
+from models.judging import DEFAULT_MODEL, JudgePolicy
+from models.results import Lifecycle
 from vigil.events import LocalBus, RedisBus, make_bus
 from vigil.settings import Settings
 
@@ -14,9 +21,18 @@ from vigil.settings import Settings
 class Runtime:
     settings: Settings
     bus: LocalBus | RedisBus
+    _local: threading.local = field(default_factory=threading.local, repr=False)
 
     def __post_init__(self) -> None:
-        self._local = threading.local()
+        settings = self.settings
+        self.keyring = Keyring.from_settings(settings.SECRET_KEY, settings.ENCRYPTION_KEYS)
+        self.source_policy = SourcePolicy(file_roots=settings.file_roots)
+        self.lifecycle = Lifecycle(unreachable_grace_seconds=settings.MONITOR_UNREACHABLE_GRACE_SECONDS,
+                                   autopause_failures=settings.SCHEDULE_AUTOPAUSE_FAILURES,
+                                   max_wakes_per_hour=settings.MONITOR_MAX_WAKES_PER_HOUR)
+        self.judge_policy = JudgePolicy(keyring=self.keyring, fallback=default_judge(settings),
+                                        failures_limit=settings.SCHEDULE_AUTOPAUSE_FAILURES,
+                                        token_budget=settings.MONITOR_JUDGE_TOKEN_BUDGET)
 
     def fetcher(self) -> Fetcher:
         """This thread's fetcher: its connections are reused from check to check."""
@@ -24,6 +40,17 @@ class Runtime:
         if fetcher is None:
             fetcher = self._local.fetcher = Fetcher(fetch_policy(self.settings))
         return fetcher
+
+    def source_io(self) -> SourceIO:
+        return SourceIO(self.fetcher(), self.source_policy)
+
+    def judge_session(self) -> requests.Session:
+        """This thread's session to judge providers (set by an administrator, so not SSRF-guarded)."""
+        session = getattr(self._local, "judge_session", None)
+        if session is None:
+            session = self._local.judge_session = requests.Session()
+            session.trust_env = False
+        return session
 
     def publish(self, user_id: int, name: str, data: dict) -> None:
         self.bus.publish(user_id, name, data)
@@ -47,3 +74,11 @@ def current() -> Runtime:
 def fetch_policy(settings: Settings) -> FetchPolicy:
     return FetchPolicy(timeout=settings.FETCH_TIMEOUT_SECONDS, max_bytes=settings.FETCH_MAX_BYTES,
                        allow_loopback=settings.FETCH_ALLOW_LOOPBACK)
+
+
+def default_judge(settings: Settings) -> JudgeModel | None:
+    """The catalog entry "default" as the JUDGE_* settings define it, if they do."""
+    if not (settings.JUDGE_BASE_URL and settings.JUDGE_MODEL):
+        return None
+    return JudgeModel(name=DEFAULT_MODEL, base_url=settings.JUDGE_BASE_URL, api_key=settings.JUDGE_API_KEY,
+                      model=settings.JUDGE_MODEL, api_version=settings.JUDGE_API_VERSION or None)

@@ -11,7 +11,8 @@ import time
 from datetime import datetime
 
 from models import connection, utcnow
-from models.monitors import claim_due, expire_due
+from models.claims import claim_due
+from models.monitors import expire_due
 from tasks.checks import BATCH_SIZE, check_monitors
 from tasks.events import publish_message, publish_monitor
 

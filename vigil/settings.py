@@ -68,6 +68,28 @@ class Settings:
     """Normalized text is cut at this size. Default 262144 (256 KiB)."""
     FETCH_ALLOW_LOOPBACK: bool = False
     """Allow sources on 127.0.0.0/8 and ::1 (tests, local dashboards). Default false."""
+    MONITOR_UNREACHABLE_GRACE_SECONDS: int = 6 * 3600
+    """How long a source may stay unreachable (down, timing out, 5xx, 429) before the monitor pauses
+    and tells the agent. Default 21600 (6 hours)."""
+    SCHEDULE_AUTOPAUSE_FAILURES: int = 3
+    """Other errors in a row (404, selector gone, a failed condition) that pause a monitor, and judge
+    failures in a row after which a match wakes unchecked. Default 3."""
+    MONITOR_MAX_WAKES_PER_HOUR: int = 10
+    """A monitor that would wake its conversation more often than this in an hour is paused. Default 10."""
+    MONITOR_JUDGE_TOKEN_BUDGET: int = 200_000
+    """Most judge tokens one monitor may spend; past it the monitor pauses. Default 200000."""
+    JUDGE_BASE_URL: str = ""
+    """OpenAI-compatible base URL of the catalog entry "default" (e.g. https://api.openai.com/v1). Default empty."""
+    JUDGE_API_KEY: str = ""
+    """API key of the "default" judge model. Default empty."""
+    JUDGE_MODEL: str = ""
+    """Upstream model name of the "default" judge model. Default empty."""
+    JUDGE_API_VERSION: str = ""
+    """Azure OpenAI api-version for the "default" judge model, if it is an Azure deployment URL. Default empty."""
+    ENCRYPTION_KEYS: str = ""
+    """Comma-separated Fernet keys, newest first, for secrets at rest; empty derives one from SECRET_KEY."""
+    FILE_SOURCE_ROOTS: str = ""
+    """Comma-separated directories file sources may read under; empty turns file sources off."""
     SCHEDULER_TICK_SECONDS: float = 1.0
     """How often the scheduler looks for due monitors. Default 1."""
     SCHEDULER_BATCH_SIZE: int = 500
@@ -100,6 +122,10 @@ class Settings:
         if self.MONITOR_MIN_INTERVAL_SECONDS < 1:
             raise SettingsError("MONITOR_MIN_INTERVAL_SECONDS must be at least 1")
         return replace(self, **changes) if changes else self
+
+    @property
+    def file_roots(self) -> tuple[str, ...]:
+        return tuple(os.path.realpath(root.strip()) for root in self.FILE_SOURCE_ROOTS.split(",") if root.strip())
 
     @property
     def embedded(self) -> bool:

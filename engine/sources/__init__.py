@@ -3,16 +3,24 @@ read(spec, io) -> bytes and normalize(spec, body, max_text_bytes) -> Content."""
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
+from datetime import datetime, timezone
+from urllib.parse import urlsplit
+
+from engine import placeholders
 from engine.content import Content
 from engine.errors import SpecError
-from engine.sources import json_source, page
+from engine.sources import feed, file, json_source, metric, page
 from engine.sources.base import SourceIO, SourcePolicy, SourceSpec
 
 #: source type -> the module that reads and normalizes it
-KINDS = {"page": page, "json": json_source}
+KINDS = {"page": page, "json": json_source, "feed": feed, "file": file, "metric": metric}
 SOURCE_TYPES = tuple(KINDS)
+#: the fields read() fills placeholders in; the url's values are percent-encoded
+PLACEHOLDER_FIELDS = ("url", "path")
 
-__all__ = ["KINDS", "SOURCE_TYPES", "SourceIO", "SourcePolicy", "SourceSpec", "normalize", "parse_source", "read"]
+__all__ = ["KINDS", "SOURCE_TYPES", "SourceIO", "SourcePolicy", "SourceSpec", "fill_placeholders", "normalize",
+           "parse_source", "read"]
 
 
 def parse_source(raw: object, policy: SourcePolicy = SourcePolicy()) -> SourceSpec:
@@ -26,14 +34,58 @@ def parse_source(raw: object, policy: SourcePolicy = SourcePolicy()) -> SourceSp
     extra = sorted(set(raw) - allowed)
     if extra:
         raise SpecError(f"source has an unknown field '{extra[0]}'; a {kind} source takes {', '.join(sorted(allowed))}.")
-    return KINDS[kind].parse(raw, policy)
+    with_placeholders = _check_placeholders(raw)
+    if not with_placeholders:
+        return KINDS[kind].parse(raw, policy)
+    sample = {**raw, **{name: _fill(name, raw[name], placeholders.sample_values()) for name in with_placeholders}}
+    spec = KINDS[kind].parse(sample, policy)  # validated as it will be read, stored as written
+    return replace(spec, **{name: raw[name].strip() for name in with_placeholders})
 
 
-def read(spec: SourceSpec, io: SourceIO) -> bytes:
-    """The raw body, fetched or read; raises FetchError."""
-    return KINDS[spec.type].read(spec, io)
+def read(spec: SourceSpec, io: SourceIO, placeholders: dict | None = None) -> bytes:
+    """The raw body, fetched or read, with placeholders filled in; raises FetchError.
+
+    Without `placeholders` every one is the current time (the first check, when a monitor is created).
+    """
+    return KINDS[spec.type].read(fill_placeholders(spec, placeholders), io)
 
 
 def normalize(spec: SourceSpec, body: bytes, max_text_bytes: int) -> Content:
     """Readable text (and parsed data) from the body; raises ContentError."""
     return KINDS[spec.type].normalize(spec, body, max_text_bytes)
+
+
+def fill_placeholders(spec: SourceSpec, values: dict | None) -> SourceSpec:
+    """The spec with every placeholder in its string fields filled in."""
+    names = [f.name for f in fields(spec) if isinstance(getattr(spec, f.name), str)
+             and placeholders.has_placeholders(getattr(spec, f.name))]
+    if not names:
+        return spec
+    if values is None:
+        values = placeholders.values(datetime.now(timezone.utc))
+    return replace(spec, **{name: _fill(name, getattr(spec, name), values) for name in names})
+
+
+def _fill(name: str, text: str, values: dict) -> str:
+    return placeholders.fill(text, values, encode=name == "url")
+
+
+def _check_placeholders(raw: dict) -> list[str]:
+    """The fields that hold placeholders; raises SpecError for an unknown one or one in the wrong field."""
+    found = []
+    for name, value in raw.items():
+        if not isinstance(value, str):
+            continue
+        bad = placeholders.unknown(value)
+        if bad:
+            raise SpecError(f"source.{name} has an unknown placeholder {{{{{bad[0]}}}}}; "
+                            f"the placeholders are {placeholders.listed()}.")
+        if placeholders.has_placeholders(value):
+            found.append(name)
+    for name in found:
+        if name not in PLACEHOLDER_FIELDS:
+            raise SpecError(f"Placeholders are filled in source.url and source.path only; "
+                            f"take them out of source.{name}.")
+        if name == "url" and placeholders.has_placeholders(urlsplit(raw[name].strip()).netloc):
+            raise SpecError("A placeholder may sit in the url's path or query, not in its host.")
+    return found

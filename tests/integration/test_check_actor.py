@@ -6,7 +6,7 @@ import json
 from datetime import timedelta
 
 from models import utcnow
-from models.monitors import claim_due
+from models.claims import claim_due
 from models.tables import Message, Monitor, MonitorRun, Wake
 from tasks.checks import check_monitors
 from tests.integration.helpers import db, tool

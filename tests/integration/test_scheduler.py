@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from models import database, utcnow
 from models.conversations import conversation_for
-from models.monitors import claim_due
+from models.claims import claim_due
 from models.tables import Message, Monitor
 from tasks.scheduler import tick
 from tests.integration.helpers import db

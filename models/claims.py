@@ -1,0 +1,103 @@
+"""Claiming due monitors for checking, and reading back what a check of a claim needs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+
+import peewee
+
+from engine.schedule import next_check_at
+from models.db import database
+from models.tables import Monitor
+
+ACTIVE = "active"
+
+
+def claim_due(now: datetime, limit: int) -> list[tuple[str, int]]:
+    """Claim due monitors: each gets a new claim number, its next due time and the check counted.
+
+    Locked rows are skipped, so any number of schedulers can claim at once without overlap. The claim
+    is the only write an unchanged (quiet) check makes; a lost message leaves the monitor to be
+    claimed again at that next due time.
+    """
+    with database.atomic(*_immediate()):
+        query = (Monitor.select(Monitor.id, Monitor.claim_seq, Monitor.interval_seconds)
+                 .where((Monitor.status == ACTIVE) & (Monitor.next_check_at <= now) & (Monitor.expires_at > now))
+                 .order_by(Monitor.next_check_at).limit(limit))
+        if database.for_update:
+            query = query.for_update(skip_locked=True)
+        rows = list(query.tuples())
+        if rows:
+            _mark_claimed(now, [(row[0], next_check_at(now, row[2])) for row in rows])
+    return [(row[0], row[1] + 1) for row in rows]
+
+
+def _mark_claimed(now: datetime, next_times: list[tuple[str, datetime]]) -> None:
+    """One UPDATE for the whole batch, each row with its own jittered next due time."""
+    p = database.param
+    values = ", ".join([f"({p}, {p})"] * len(next_times))
+    params = [now] + [value for pair in next_times for value in pair]
+    database.execute_sql(
+        "UPDATE monitors SET claim_seq = claim_seq + 1, check_count = check_count + 1, "
+        f"prev_checked_at = last_checked_at, last_checked_at = {p}, next_check_at = v.column2 "
+        f"FROM (VALUES {values}) AS v "
+        "WHERE monitors.id = v.column1", params)
+
+
+@dataclass
+class Claimed:
+    """What a check needs of a claimed monitor, read without building a model row."""
+    id: str
+    claim_seq: int
+    user_id: int
+    conversation_external_id: str
+    status: str
+    source: dict
+    check: dict
+    raw_hash: str
+    content_hash: str
+    state_json: str | None
+    last_error: str
+    failure_count: int
+    check_count: int
+    last_checked_at: datetime | None
+    wakes_left: int
+    unreachable_since: datetime | None
+    prev_checked_at: datetime | None
+    last_changed_at: datetime | None
+
+    def state(self) -> dict | None:
+        return None if self.state_json is None else json.loads(self.state_json)
+
+
+_CLAIMED_SQL = (
+    'SELECT m.id, m.claim_seq, m.user_id, c.external_id, m.status, m.source, m."check", m.raw_hash, '
+    "m.content_hash, m.check_state, m.last_error, m.failure_count, m.check_count, m.last_checked_at, "
+    "m.max_wakes - m.wakes_used, m.unreachable_since, m.prev_checked_at, m.last_changed_at FROM monitors m JOIN conversations c ON c.id = m.conversation_id "
+    "WHERE m.status = 'active' AND m.id IN ({ids})")
+
+
+def load_claimed(claims: list[tuple[str, int]]) -> list[Claimed]:
+    """The claimed monitors whose claims are still current and active, in one query."""
+    wanted = dict(claims)
+    if not wanted:
+        return []
+    sql = _CLAIMED_SQL.format(ids=", ".join([database.param] * len(wanted)))
+    found = []
+    for row in database.execute_sql(sql, list(wanted)).fetchall():
+        if row[1] == wanted[row[0]]:
+            times = [_as_time(value) for value in (row[13], row[15], row[16], row[17])]
+            found.append(Claimed(*row[:5], json.loads(row[5]), json.loads(row[6]), *row[7:13], times[0],
+                                 max(row[14], 0), *times[1:]))
+    return found
+
+
+def _as_time(value) -> datetime | None:
+    """SQLite hands timestamps back as text, PostgreSQL as datetimes."""
+    return value if value is None or isinstance(value, datetime) else datetime.fromisoformat(value)
+
+
+def _immediate() -> tuple:
+    return ("IMMEDIATE",) if isinstance(database.obj, peewee.SqliteDatabase) else ()

@@ -1,0 +1,158 @@
+"""Recording what a check found: quiet, changed, fired, failed; wakes, pauses and their notices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from engine.pipeline import ERROR, FIRED, QUIET, Outcome
+from engine.wake import paused_text, wake_text
+from models.conversations import append_message
+from models.db import database, iso, utcnow
+from models.tables import Monitor, MonitorRun, Wake
+
+ACTIVE, PAUSED, DONE = "active", "paused", "done"
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """The limits that pause a monitor (settings of the same names)."""
+    unreachable_grace_seconds: int = 6 * 3600
+    autopause_failures: int = 3
+    max_wakes_per_hour: int = 10
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What recording a check did: whether it won the claim, the message written if any, and a pause."""
+    written: bool
+    woke: object = None
+    paused: bool = False
+
+
+def record_check(monitor, claim_seq: int, outcome: Outcome, now: datetime,
+                 life: Lifecycle = Lifecycle(), unchecked: bool = False) -> Recorded:
+    """Store what a check found beyond "unchanged", if its claim still holds.
+
+    A quiet check writes nothing here unless it must clear an error or remember new raw bytes.
+    """
+    if outcome.kind == QUIET:
+        return _record_quiet(monitor, claim_seq, outcome)
+    if not isinstance(monitor, Monitor):
+        monitor = Monitor.get_by_id(monitor.id)
+    with database.atomic():
+        if outcome.kind == ERROR:
+            return _record_error(monitor, claim_seq, outcome, now, life)
+        return _record_change(monitor, claim_seq, outcome, now, life, unchecked)
+
+
+def _record_quiet(monitor, claim_seq: int, outcome: Outcome) -> Recorded:
+    fields = {}
+    if outcome.raw_hash != monitor.raw_hash:
+        fields[Monitor.raw_hash] = outcome.raw_hash
+    if monitor.last_error or monitor.failure_count or monitor.unreachable_since:
+        fields.update({Monitor.last_error: "", Monitor.failure_count: 0, Monitor.unreachable_since: None})
+    if fields and _claimed_update(monitor.id, claim_seq, fields, bump=False) != 1:
+        return Recorded(False)
+    return Recorded(True)
+
+
+def _record_error(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datetime, life: Lifecycle) -> Recorded:
+    """Unreachable is a skipped check until the grace runs out; other errors count toward a pause."""
+    if outcome.unreachable:
+        since = monitor.unreachable_since or now
+        if (now - since).total_seconds() >= life.unreachable_grace_seconds:
+            return pause_and_tell(monitor, claim_seq, f"The source has been unreachable since {iso(since)} "
+                                  f"({outcome.error.rstrip('.')}).", now)
+        fields = {Monitor.unreachable_since: since, Monitor.last_error: outcome.error, Monitor.updated_at: now}
+        return Recorded(_claimed_update(monitor.id, claim_seq, fields) == 1)
+    if monitor.failure_count + 1 >= life.autopause_failures:
+        return pause_and_tell(monitor, claim_seq, f"The check failed {monitor.failure_count + 1} times in a row; "
+                              f"last: {outcome.error}", now)
+    fields = {Monitor.failure_count: Monitor.failure_count + 1, Monitor.last_error: outcome.error,
+              Monitor.unreachable_since: None, Monitor.updated_at: now}
+    return _store_run(monitor, claim_seq, fields, ERROR, outcome.error)
+
+
+def _record_change(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datetime, life: Lifecycle,
+                   unchecked: bool) -> Recorded:
+    verdict = outcome.verdict
+    fired = outcome.kind == FIRED
+    if fired and wakes_in_last_hour(monitor.id, now) >= life.max_wakes_per_hour:
+        reason = (f"It would have woken you more than {life.max_wakes_per_hour} times in an hour; "
+                  f"the latest finding was: {verdict.found}")
+        return pause_and_tell(monitor, claim_seq, reason, now, _state_fields(outcome, now))
+    last = fired and monitor.wakes_used + 1 >= monitor.max_wakes
+    fields = _state_fields(outcome, now)
+    if fired:
+        fields.update({Monitor.fire_count: Monitor.fire_count + 1, Monitor.wakes_used: Monitor.wakes_used + 1,
+                       Monitor.judge_failures: 0})
+        if last:
+            fields[Monitor.status] = DONE
+    recorded = _store_run(monitor, claim_seq, fields, outcome.kind, verdict.found or verdict.summary)
+    if not (recorded.written and fired):
+        return recorded
+    key = f"{monitor.check['type']}:{monitor.fire_count + 1}:{verdict.fact}"
+    text = wake_text(monitor.description, verdict.found, monitor.on_match, last=last, unchecked=unchecked)
+    extra = {"found": verdict.found, "checked_against_condition": bool(monitor.condition) and not unchecked}
+    return Recorded(True, write_wake(monitor, "monitor", key, text, extra))
+
+
+def _state_fields(outcome: Outcome, now: datetime) -> dict:
+    return {Monitor.raw_hash: outcome.raw_hash, Monitor.content_hash: outcome.content_hash,
+            Monitor.check_state: outcome.verdict.state, Monitor.last_changed_at: now, Monitor.failure_count: 0,
+            Monitor.unreachable_since: None, Monitor.last_error: "", Monitor.updated_at: now}
+
+
+def pause_and_tell(monitor: Monitor, claim_seq: int, reason: str, now: datetime,
+                   extra_fields: dict | None = None) -> Recorded:
+    """Pause the monitor and tell its conversation why, once for this pause."""
+    fields = {**(extra_fields or {}), Monitor.status: PAUSED, Monitor.last_error: reason, Monitor.updated_at: now}
+    if _claimed_update(monitor.id, claim_seq, fields) != 1:
+        return Recorded(False)
+    MonitorRun.create(monitor=monitor.id, kind="paused", detail=reason[:4000])
+    text = paused_text(monitor.description, reason)
+    return Recorded(True, write_wake(monitor, "monitor_paused", f"paused:{claim_seq}", text, {"reason": reason}),
+                    paused=True)
+
+
+def wakes_in_last_hour(monitor_id: str, now: datetime) -> int:
+    return (Wake.select().where((Wake.monitor == monitor_id) & (Wake.created_at > now - timedelta(hours=1))
+                                & Wake.dedupe_key.not_in(["expired"]) & ~Wake.dedupe_key.startswith("paused:"))
+            .count())
+
+
+def record_judge_failure(monitor: Monitor, claim_seq: int, error: str, now: datetime) -> Recorded:
+    """A failed judge call on a match: nothing is stored as seen, so the next check judges it again."""
+    fields = {Monitor.judge_failures: Monitor.judge_failures + 1, Monitor.last_error: error, Monitor.updated_at: now}
+    return _store_run(monitor, claim_seq, fields, "judge_failed", error)
+
+
+def _store_run(monitor: Monitor, claim_seq: int, fields: dict, kind: str, detail: str) -> Recorded:
+    if _claimed_update(monitor.id, claim_seq, fields) != 1:
+        return Recorded(False)
+    MonitorRun.create(monitor=monitor.id, kind=kind, detail=detail[:4000])
+    return Recorded(True)
+
+
+def _claimed_update(monitor_id: str, claim_seq: int, fields: dict, bump: bool = True) -> int:
+    """Write only while the claim holds; bumping the claim number makes any duplicate of it stale."""
+    if bump:
+        fields = {**fields, Monitor.claim_seq: Monitor.claim_seq + 1}
+    return (Monitor.update(fields)
+            .where((Monitor.id == monitor_id) & (Monitor.claim_seq == claim_seq) & (Monitor.status == ACTIVE))
+            .execute())
+
+
+def write_wake(monitor: Monitor, source: str, dedupe_key: str, text: str, extra: dict):
+    """Append the wake message once per (monitor, dedupe_key); None when it was already written."""
+    inserted = (Wake.insert(monitor=monitor.id, dedupe_key=dedupe_key, created_at=utcnow())
+                .on_conflict_ignore().as_rowcount().execute())
+    if inserted != 1:
+        return None
+    wake = Wake.get((Wake.monitor == monitor.id) & (Wake.dedupe_key == dedupe_key))
+    metadata = {"wake": {"source": source, "ref_id": monitor.id, "dedupe_key": dedupe_key},
+                "on_match": monitor.on_match, **extra}
+    message = append_message(monitor.conversation_id, "wake", text, metadata)
+    Wake.update(message=message).where(Wake.id == wake.id).execute()
+    return message
