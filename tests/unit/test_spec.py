@@ -153,7 +153,7 @@ def test_parse_create_refuses_unknown_source_field():
     assert "'headers'" in refused(args(source=dict(PAGE, headers={"x": "y"})))
 
 
-@pytest.mark.parametrize("kind", ["diff", "regex", "", None])
+@pytest.mark.parametrize("kind", ["diff", "jq", "", None])
 def test_parse_create_refuses_unknown_check_type(kind):
     assert "check.type" in refused(args(check={"type": kind}))
 

@@ -1,0 +1,136 @@
+"""cel: a CEL condition over the content becomes true. Edge-triggered like threshold.
+
+Variables: data (parsed JSON or null), text (the normalized text), value (the number at value_path,
+else the first number in the text, else null), previous (data as of the last reading; on the first
+reading, the current data) and now (a timestamp). JSON numbers reach CEL as doubles, so a field
+keeps its type whether it reads 95 or 95.5; comparisons mix int and double freely, arithmetic does
+not (write data.count + 1.0).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime, timezone
+
+import cel
+
+from engine.checks.base import CheckSpec, Verdict
+from engine.checks.threshold import check_path, read_number
+from engine.content import Content, excerpt
+from engine.errors import ContentError, SpecError
+
+FIELDS = frozenset({"type", "expr", "value_path"})
+MAX_EXPR_CHARS = 2000
+#: stored data over this much JSON is stored as null, so `previous` is null on the next reading
+MAX_STATE_DATA_BYTES = 64 * 1024
+MAX_DEPTH = 100
+_SYNTAX = re.compile(r"ERROR: <input>:(\d+):(\d+): (.*)")
+_TYPE_ERRORS = ("No such overload", "Unsupported operation", "Cannot mix")
+_EXPECTING = re.compile(r" expecting \{.*\}$")
+
+
+def parse(raw: dict) -> CheckSpec:
+    expr = raw.get("expr")
+    if not isinstance(expr, str) or not expr.strip():
+        raise SpecError("check.expr is required for a cel check: a condition such as "
+                        "has(data.status) && data.status == 'done'.")
+    if len(expr) > MAX_EXPR_CHARS:
+        raise SpecError(f"check.expr is {len(expr)} characters long; keep it under {MAX_EXPR_CHARS}.")
+    try:
+        cel.compile(expr)
+    except Exception as exc:  # the library raises ValueError for a syntax error
+        raise SpecError(f"check.expr is not valid CEL: {syntax_message(str(exc))}.") from None
+    path = raw.get("value_path")
+    if path is not None:
+        check_path("check.value_path", path)
+    return CheckSpec(type="cel", expr=expr, value_path=path or None)
+
+
+def syntax_message(message: str) -> str:
+    """'Failed to parse … ERROR: <input>:1:4: Syntax error: …' -> 'at column 4: Syntax error: …'."""
+    for line in message.splitlines():
+        found = _SYNTAX.search(line)
+        if found:
+            where = f"line {found[1]}, column {found[2]}" if found[1] != "1" else f"column {found[2]}"
+            return f"at {where}: {excerpt(_EXPECTING.sub('', found[3]), 160)}"
+    return excerpt(message, 160)
+
+
+def evaluate(check: CheckSpec, content: Content, previous: dict, now=None) -> Verdict:
+    data = content.data if content.is_json else None
+    earlier = previous["data"] if "data" in previous else data
+    result = run(check.expr, {"data": to_cel(data), "text": content.text, "value": read_value(check, content),
+                              "previous": to_cel(earlier), "now": timestamp(now)})
+    if not isinstance(result, bool):
+        raise ContentError(f"the condition must be true or false; it gave {excerpt(repr(result), 80)}")
+    fired = result and not previous.get("holds", False)
+    found = f"the condition is now true: {excerpt(check.expr, 300)}" if fired else ""
+    return Verdict(fired=fired, summary=f"the condition is {'true' if result else 'false'} now", found=found,
+                   fact=content.digest[:16], state={"holds": result, "data": stored_data(data)})
+
+
+def run(expr: str, variables: dict) -> object:
+    """The expression's value; an evaluation error becomes ContentError with the library's message."""
+    try:
+        return cel.compile(expr).execute(variables)
+    except KeyError as exc:
+        field = str(exc.args[0]) if exc.args else "?"
+        guard = f"has(data.{field})" if field.isidentifier() else "has(data.field)"
+        raise ContentError(f"the condition reads a field the data does not have ({field!r}); guard it "
+                           f"with {guard} && …") from None
+    except Exception as exc:
+        raise ContentError(f"the condition could not be evaluated: {first_sentence(str(exc))}") from None
+    except BaseException as exc:  # a panic inside the Rust library; let real interrupts through
+        if type(exc).__name__ != "PanicException":
+            raise
+        raise ContentError(f"the condition could not be evaluated: {first_sentence(str(exc))}") from None
+
+
+def first_sentence(message: str) -> str:
+    """The library's first sentence, with a hint for mixed types (JSON numbers here are doubles)."""
+    flat = " ".join(message.split())
+    head = excerpt(flat.split(". ")[0].rstrip(".") or "unknown error", 200)
+    if head.startswith(_TYPE_ERRORS):
+        head += (" (CEL does not mix types: JSON numbers are doubles, so write 1.0, or convert with double(), "
+                 "int() or string())")
+    return head
+
+
+def to_cel(value: object, depth: int = 0) -> object:
+    """JSON as CEL reads it: objects as maps, arrays as lists, every number a double."""
+    if depth > MAX_DEPTH:
+        raise ContentError(f"the JSON is nested more than {MAX_DEPTH} levels deep, too deep for a cel condition")
+    if isinstance(value, dict):
+        return {str(key): to_cel(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, list):
+        return [to_cel(item, depth + 1) for item in value]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:
+            raise ContentError("the JSON has a number too large for a cel condition") from None
+    return value
+
+
+def read_value(check: CheckSpec, content: Content) -> float | None:
+    """The threshold's number, or None when there is none to read."""
+    try:
+        return read_number(check, content)
+    except ContentError:
+        return None
+
+
+def timestamp(now: datetime | None) -> datetime:
+    """`now` as an aware UTC time; a naive one is taken as UTC."""
+    if now is None:
+        return datetime.now(timezone.utc)
+    return now.replace(tzinfo=timezone.utc) if now.tzinfo is None else now.astimezone(timezone.utc)
+
+
+def stored_data(data: object) -> object:
+    """The data to hand back as `previous`, or None when its JSON is over MAX_STATE_DATA_BYTES."""
+    if data is None:
+        return None
+    encoded = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return data if len(encoded.encode("utf-8")) <= MAX_STATE_DATA_BYTES else None
