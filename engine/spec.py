@@ -77,7 +77,7 @@ def parse_create(arguments: object, limits: Limits,
         condition=_text(arguments, "condition", required=False, limit=2000),
         judge_model=_text(arguments, "judge_model", required=False, limit=100),
     )
-    if spec.check.value_path and spec.source.type != "json":
+    if spec.check.value_path and spec.source.type == "page":
         raise SpecError("check.value_path reads JSON; on a page source leave it out and the first number in the text is read.")
     return spec, notes
 

@@ -9,6 +9,7 @@ from datetime import datetime
 
 from dataclasses import dataclass
 
+from engine.checks.status import canonical
 from engine.pipeline import BASELINE, Prior, run_check
 from engine.placeholders import values as placeholder_values
 from engine.schedule import next_check_at
@@ -50,9 +51,9 @@ def monitor_create(user: User, conversation: Conversation, arguments: object, ct
     if outcome.kind != BASELINE:
         where = spec.source.url or spec.source.path
         raise ToolError(f"The first check of {where} failed, so no monitor was created: {outcome.error}")
-    if spec.check.type == "threshold" and outcome.verdict.state.get("holds"):
-        notes.append("The condition already holds now; it fires only after the value crosses back and "
-                     "then meets it again, so tell the user the current value.")
+    if _already_holds(spec.check, outcome.verdict.state):
+        notes.append("The check already holds now; it fires only after that stops and then starts again, "
+                     "so tell the user what it is now.")
     monitor = create_monitor(user, conversation, spec, outcome, now,
                              next_check_at(now, spec.interval_seconds))
     return monitor, {
@@ -60,6 +61,12 @@ def monitor_create(user: User, conversation: Conversation, arguments: object, ct
         "next_check_at": iso(monitor.next_check_at), "expires_at": iso(monitor.expires_at),
         "wakes_left": monitor.wakes_left, "notes": notes,
     }
+
+
+def _already_holds(check, state: dict) -> bool:
+    if check.type == "status":
+        return state.get("state") in {canonical(value) for value in check.values or ()}
+    return bool(state.get("holds"))
 
 
 def _judge_notes(condition: str, model_name: str, policy: JudgePolicy) -> list[str]:
