@@ -135,3 +135,29 @@ def test_messages_api_refuses_bad_cursor_and_foreign_conversation(client, owner,
     assert client.get("/api/conversations/conv-1/messages?after=abc", headers=auth(owner[1])).status_code == 400
     assert client.get("/api/conversations/conv-1/messages", headers=auth(stranger[1])).status_code == 404
     assert client.get("/api/conversations/conv-1/messages").status_code == 401
+
+
+def test_models_page_saves_a_model_without_ever_showing_its_key(client, owner):
+    from models.tables import JudgeModel
+
+    login(client)
+    page = client.get("/settings/models")
+    csrf = re.search(r'name="_csrf" value="([^"]+)"', page.text).group(1)
+    form = {"_csrf": csrf, "name": "fast", "base_url": "https://api.example.com/v1", "model": "mini",
+            "api_key": "sk-very-secret", "api_version": ""}
+    assert client.post("/settings/models", data=form, follow_redirects=False).status_code == 303
+    listed = client.get("/settings/models")
+    assert 'id="model-fast"' in listed.text and "sk-very-secret" not in listed.text
+    with db():
+        stored = JudgeModel.get(JudgeModel.name == "fast")
+        assert "sk-very-secret" not in stored.api_key_encrypted
+    bad = client.post("/settings/models", data={**form, "name": "other", "base_url": "ftp://x"})
+    assert bad.status_code == 400 and "Base URL" in bad.text
+    no_csrf = client.post("/settings/models", data={k: v for k, v in form.items() if k != "_csrf"})
+    assert no_csrf.status_code == 403
+    with db():
+        assert JudgeModel.select().count() == 1
+    deleted = client.post("/settings/models/fast/delete", data={"_csrf": csrf}, follow_redirects=False)
+    assert deleted.status_code == 303
+    with db():
+        assert JudgeModel.select().count() == 0

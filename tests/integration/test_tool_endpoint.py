@@ -181,6 +181,9 @@ def test_schema_examples_are_accepted(client, owner, pages):
     pages.set("/quote.html", QUOTE)
     pages.set_json("/run.json", json.dumps({"jobs": [{"remaining": 2}]}))
     pages.set("/notes.html", "<h1>Notes</h1><p>v1.0</p>")
+    pages.set("/releases.xml", "<?xml version='1.0'?><rss version='2.0'><channel><title>r</title>"
+              "<item><title>v1.0</title><link>https://example.com/v1.0</link><guid>v1.0</guid></item>"
+              "</channel></rss>", "application/rss+xml")
     for example in load()["examples"]:
         arguments = json.loads(json.dumps(example["arguments"]).replace("{base}", pages.base))
         body = tool(client, owner[1], example["action"], arguments).json()
