@@ -18,6 +18,7 @@ from app.monitors_api import MonitorsController
 from app.pages import PagesController
 from app.templating import env
 from app.tool import ToolController
+from app.triggers import TriggersController
 from vigil.settings import Settings
 
 STATIC = Path(__file__).parent / "static"
@@ -35,7 +36,7 @@ def create_app(settings: Settings) -> Litestar:
                                   secure=settings.SESSION_COOKIE_SECURE)
     return Litestar(
         route_handlers=[ToolController, ConversationsController, MonitorsController, EventsController,
-                        PagesController, ModelsController, healthz,
+                        PagesController, ModelsController, TriggersController, healthz,
                         create_static_files_router(path="/static", directories=[STATIC])],
         middleware=[session.middleware],
         template_config=TemplateConfig(instance=JinjaTemplateEngine.from_environment(env)),

@@ -6,14 +6,18 @@ from litestar import Controller, Request, Response, get, post
 from litestar.exceptions import NotFoundException, ValidationException
 from litestar.params import FromPath, FromQuery
 
-from app.auth import api_user, check_csrf
+from app.auth import api_user, bearer_token, check_csrf, session_user
 from app.templating import render
-from models import connection
+from models import connection, utcnow
+from models.triggers import reveal_secret
+from tasks.runtime import current
 from models.conversations import find_conversation
 from models.monitors import MonitorNotFound, TransitionRefused, change_status, monitor_json, user_monitors
 from tasks.events import publish_monitor
 
 ACTIONS = ("pause", "resume", "cancel")
+REVEALS_PER_MINUTE = 10
+NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
 
 class MonitorsController(Controller):
@@ -31,6 +35,23 @@ class MonitorsController(Controller):
                 return {"monitors": []}
             monitors = user_monitors(user, conversation, live=status == "live")
             return {"monitors": [monitor_json(m) for m in monitors]}
+
+    @get("/{monitor_id:str}/secret", sync_to_thread=True)
+    def secret(self, request: Request, monitor_id: FromPath[str]) -> Response:
+        """The signing secret, for the owner's own browser session only; audited, rate limited, never cached."""
+        user = session_user(request)
+        if user is None or bearer_token(request):
+            raise NotFoundException("No such secret.")
+        runtime = current()
+        if not runtime.limiter.allow("reveal-secret", str(user.id), REVEALS_PER_MINUTE):
+            return Response({"detail": "Too many reveals; wait a minute."}, status_code=429, headers=NO_STORE)
+        with connection():
+            secret = reveal_secret(user.id, monitor_id, runtime.keyring, utcnow())
+        if secret is None:
+            raise NotFoundException("No such secret.")
+        if request.headers.get("hx-request"):
+            return Response(render("partials/_secret.html", secret=secret), media_type="text/html", headers=NO_STORE)
+        return Response({"secret": secret}, headers=NO_STORE)
 
     @post("/{monitor_id:str}/{action:str}", status_code=200, sync_to_thread=True)
     def act(self, request: Request, monitor_id: FromPath[str], action: FromPath[str]) -> Response:

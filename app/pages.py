@@ -12,13 +12,34 @@ from litestar.params import Body, FromPath
 from litestar.response import Redirect, Template
 
 from app.auth import SESSION_CSRF, SESSION_USER, check_csrf, csrf_token, session_user
-from models import connection
+from engine.links import public_base
+from engine.signatures import example_curl
+from engine.spec import check_from_record
+from models import connection, utcnow
+from models.tool_actions import example_body
+from models.triggers import link_cards
+from tasks.runtime import current
 from models.accounts import authenticate
 from models.conversations import user_conversations
 from models.monitors import user_monitors
 from models.tables import Conversation, Message
 
 Form = Body(media_type=RequestEncodingType.URL_ENCODED)
+
+
+def trigger_cards(monitors) -> dict[str, dict]:
+    """Link cards of the webhook monitors among `monitors`, with a working example curl each."""
+    runtime = current()
+    settings = runtime.settings
+    webhooks = {m.id: m for m in monitors if (m.source or {}).get("type") == "webhook"}
+    if not webhooks:
+        return {}
+    cards = link_cards(list(webhooks), runtime.keyring, public_base(settings.PUBLIC_API_BASE_URL, settings.API_URL),
+                       utcnow())
+    for monitor_id, card in cards.items():
+        check = check_from_record(webhooks[monitor_id].check)
+        card["curl"] = example_curl(card["url"], card["signature"], example_body(check))
+    return cards
 
 
 class PagesController(Controller):
@@ -65,10 +86,11 @@ class PagesController(Controller):
             conversation = Conversation.get_or_none((Conversation.id == conversation_id) & (Conversation.user == user))
             if conversation is None:
                 raise NotFoundException("No such conversation.")
+            monitors = user_monitors(user, conversation)
             context = {"user": user, "conversation": conversation,
                        "messages": list(Message.select().where(Message.conversation == conversation)
                                         .order_by(Message.id)),
-                       "monitors": user_monitors(user, conversation),
+                       "monitors": monitors, "cards": trigger_cards(monitors),
                        "conversations": user_conversations(user)}
         return Template("pages/conversation.html", context={**context, "csrf": csrf_token(request)})
 

@@ -9,4 +9,5 @@ def limits_from(settings: Settings) -> Limits:
                   min_interval=settings.MONITOR_MIN_INTERVAL_SECONDS,
                   default_ttl=settings.MONITOR_DEFAULT_TTL_SECONDS,
                   max_ttl=settings.MONITOR_MAX_TTL_SECONDS,
-                  max_wakes=settings.MONITOR_MAX_WAKES)
+                  max_wakes=settings.MONITOR_MAX_WAKES,
+                  max_hits=settings.TRIGGER_MAX_HITS)

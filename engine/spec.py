@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from engine.checks import CheckSpec, parse_check
 from engine.durations import describe_duration, parse_duration
@@ -33,6 +33,7 @@ class Limits:
     default_ttl: int = 7 * 86400
     max_ttl: int = 30 * 86400
     max_wakes: int = 20
+    max_hits: int = 10_000
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ def parse_create(arguments: object, limits: Limits,
         condition=_text(arguments, "condition", required=False, limit=2000),
         judge_model=_text(arguments, "judge_model", required=False, limit=100),
     )
+    if spec.source.type == "webhook":
+        spec = _webhook_spec(spec, arguments, limits, notes)
     if spec.check.value_path and spec.source.type == "page":
         raise SpecError("check.value_path reads JSON; on a page source leave it out and the first number in the text is read.")
     return spec, notes
@@ -93,6 +96,16 @@ def source_from_record(data: dict) -> SourceSpec:
 def check_from_record(data: dict) -> CheckSpec:
     values = data.get("values")
     return CheckSpec(**{**data, "values": tuple(values) if values is not None else None})
+
+
+def _webhook_spec(spec: MonitorSpec, arguments: dict, limits: Limits, notes: list[str]) -> MonitorSpec:
+    """Without a check every delivery wakes; max_hits is capped like max_wakes."""
+    if arguments.get("check") is None:
+        spec = replace(spec, check=CheckSpec(type="every_call"))
+    if spec.source.max_hits > limits.max_hits:
+        notes.append(f"source.max_hits was capped from {spec.source.max_hits} to the maximum of {limits.max_hits}.")
+        spec = replace(spec, source=replace(spec.source, max_hits=limits.max_hits))
+    return spec
 
 
 _TEXT_PURPOSE = {"description": "a short sentence saying what this monitor waits for",

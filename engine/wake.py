@@ -43,6 +43,12 @@ def paused_text(description: str, reason: str) -> str:
             "in Settings → Monitors; tell the user.")
 
 
+def misfit_text(description: str, problem: str) -> str:
+    return (f"A call to the trigger link of '{description}' did not fit its check: {clean_found(problem)}. "
+            "It was not counted as a match; tell the user what the sender must include. Later calls that don't "
+            "fit stay silent.")
+
+
 def expired_text(description: str) -> str:
     return (f"Monitor expired without firing: {description}. Nothing matched before it ran out of "
             "time; tell the user, and offer to watch again if it still matters.")

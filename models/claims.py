@@ -24,7 +24,8 @@ def claim_due(now: datetime, limit: int) -> list[tuple[str, int]]:
     """
     with database.atomic(*_immediate()):
         query = (Monitor.select(Monitor.id, Monitor.claim_seq, Monitor.interval_seconds)
-                 .where((Monitor.status == ACTIVE) & (Monitor.next_check_at <= now) & (Monitor.expires_at > now))
+                 .where((Monitor.status == ACTIVE) & Monitor.polled & (Monitor.next_check_at <= now)
+                        & (Monitor.expires_at > now))
                  .order_by(Monitor.next_check_at).limit(limit))
         if database.for_update:
             query = query.for_update(skip_locked=True)

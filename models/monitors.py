@@ -12,6 +12,7 @@ from engine.wake import expired_text
 from models.claims import Claimed
 from models.db import database, iso, utcnow
 from models.results import write_wake
+from models.triggers import revoke
 from models.tables import Conversation, Monitor, User
 
 ACTIVE, PAUSED, DONE, CANCELLED, EXPIRED = "active", "paused", "done", "cancelled", "expired"
@@ -33,17 +34,27 @@ class TransitionRefused(ValueError):
 
 def create_monitor(user: User, conversation: Conversation, spec: MonitorSpec, outcome: Outcome,
                    now: datetime, next_at: datetime) -> Monitor:
+    """A polled monitor, with its first check as the baseline."""
     assert outcome.kind == BASELINE and outcome.verdict is not None
+    return _create(user, conversation, spec, now, next_check_at=next_at, check_count=1, last_checked_at=now,
+                   last_changed_at=now, raw_hash=outcome.raw_hash, content_hash=outcome.content_hash,
+                   check_state=outcome.verdict.state, baseline=outcome.verdict.summary)
+
+
+def create_event_monitor(user: User, conversation: Conversation, spec: MonitorSpec, now: datetime) -> Monitor:
+    """A monitor whose events arrive (a trigger link): never claimed by the scheduler."""
+    expires_at = now + timedelta(seconds=spec.ttl_seconds)
+    return _create(user, conversation, spec, now, next_check_at=expires_at, polled=False, check_state={})
+
+
+def _create(user: User, conversation: Conversation, spec: MonitorSpec, now: datetime, **fields) -> Monitor:
     record = spec_to_record(spec)
     return Monitor.create(
         id=uuid.uuid4().hex, user=user, conversation=conversation, description=spec.description,
         source=record["source"], check=record["check"], on_match=spec.on_match,
         interval_seconds=spec.interval_seconds, max_wakes=spec.max_wakes, status=ACTIVE,
-        next_check_at=next_at, expires_at=now + timedelta(seconds=spec.ttl_seconds),
-        check_count=1, last_checked_at=now, last_changed_at=now, raw_hash=outcome.raw_hash,
-        content_hash=outcome.content_hash, check_state=outcome.verdict.state,
-        baseline=outcome.verdict.summary, condition=spec.condition, judge_model=spec.judge_model,
-        created_at=now, updated_at=now)
+        expires_at=now + timedelta(seconds=spec.ttl_seconds), condition=spec.condition,
+        judge_model=spec.judge_model, created_at=now, updated_at=now, **fields)
 
 
 def load_for_check(monitor_id: str) -> Monitor | None:
@@ -66,6 +77,8 @@ def change_status(user: User, monitor_id: str, action: str) -> Monitor:
     updated = Monitor.update(fields).where((Monitor.id == monitor.id) & (Monitor.status == monitor.status)).execute()
     if updated != 1:
         raise TransitionRefused("the monitor changed meanwhile; try again")
+    if action == "cancel":
+        revoke(monitor.id, utcnow())
     return load_for_check(monitor.id)
 
 

@@ -31,7 +31,7 @@ class Recorded:
 
 
 def record_check(monitor, claim_seq: int, outcome: Outcome, now: datetime,
-                 life: Lifecycle = Lifecycle(), unchecked: bool = False) -> Recorded:
+                 life: Lifecycle = Lifecycle(), unchecked: bool = False, source: str = "monitor") -> Recorded:
     """Store what a check found beyond "unchanged", if its claim still holds.
 
     A quiet check writes nothing here unless it must clear an error or remember new raw bytes.
@@ -43,7 +43,7 @@ def record_check(monitor, claim_seq: int, outcome: Outcome, now: datetime,
     with database.atomic():
         if outcome.kind == ERROR:
             return _record_error(monitor, claim_seq, outcome, now, life)
-        return _record_change(monitor, claim_seq, outcome, now, life, unchecked)
+        return _record_change(monitor, claim_seq, outcome, now, life, unchecked, source)
 
 
 def _record_quiet(monitor, claim_seq: int, outcome: Outcome) -> Recorded:
@@ -75,7 +75,7 @@ def _record_error(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datet
 
 
 def _record_change(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datetime, life: Lifecycle,
-                   unchecked: bool) -> Recorded:
+                   unchecked: bool, source: str) -> Recorded:
     verdict = outcome.verdict
     fired = outcome.kind == FIRED
     if fired and wakes_in_last_hour(monitor.id, now) >= life.max_wakes_per_hour:
@@ -95,7 +95,7 @@ def _record_change(monitor: Monitor, claim_seq: int, outcome: Outcome, now: date
     key = f"{monitor.check['type']}:{monitor.fire_count + 1}:{verdict.fact}"
     text = wake_text(monitor.description, verdict.found, monitor.on_match, last=last, unchecked=unchecked)
     extra = {"found": verdict.found, "checked_against_condition": bool(monitor.condition) and not unchecked}
-    return Recorded(True, write_wake(monitor, "monitor", key, text, extra))
+    return Recorded(True, write_wake(monitor, source, key, text, extra))
 
 
 def _state_fields(outcome: Outcome, now: datetime) -> dict:

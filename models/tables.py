@@ -84,6 +84,8 @@ class Monitor(BaseModel):
     judge_tokens = peewee.IntegerField(default=0)
     unreachable_since = peewee.DateTimeField(null=True)
     prev_checked_at = peewee.DateTimeField(null=True)
+    #: false for monitors whose events arrive (trigger links): the scheduler never claims them
+    polled = peewee.BooleanField(default=True)
 
     class Meta:
         table_name = "monitors"
@@ -145,4 +147,49 @@ class TokenUsage(BaseModel):
         table_name = "token_usage"
 
 
-ALL_TABLES = [User, ApiToken, Conversation, Message, Monitor, MonitorRun, Wake, JudgeModel, TokenUsage]
+class TriggerLink(BaseModel):
+    """A webhook URL that wakes its monitor's conversation; only the token's digest is stored."""
+    monitor = peewee.ForeignKeyField(Monitor, unique=True, backref="trigger_links", on_delete="CASCADE")
+    token_digest = peewee.CharField(max_length=64, unique=True)
+    #: for the owner's link card; requests are looked up by the digest
+    token_encrypted = peewee.TextField()
+    signature = peewee.CharField(max_length=30)
+    secret_encrypted = peewee.TextField(default="")
+    max_hits = peewee.IntegerField()
+    hits = peewee.IntegerField(default=0)
+    expires_at = peewee.DateTimeField()
+    revoked_at = peewee.DateTimeField(null=True)
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "trigger_links"
+
+
+class Delivery(BaseModel):
+    """One accepted POST to a trigger link, stored before it is answered 202: the durable outbox."""
+    link = peewee.ForeignKeyField(TriggerLink, backref="deliveries", on_delete="CASCADE")
+    dedupe_key = peewee.CharField(max_length=250)
+    body = peewee.TextField()
+    content_type = peewee.CharField(max_length=200, default="")
+    received_at = peewee.DateTimeField(default=utcnow)
+    processed_at = peewee.DateTimeField(null=True)
+    outcome = peewee.CharField(max_length=30, default="")
+
+    class Meta:
+        table_name = "deliveries"
+        indexes = ((("link", "dedupe_key"), True), (("processed_at", "received_at"), False))
+
+
+class AuditEvent(BaseModel):
+    user = peewee.ForeignKeyField(User, null=True, on_delete="SET NULL")
+    action = peewee.CharField(max_length=60)
+    monitor = peewee.ForeignKeyField(Monitor, null=True, on_delete="SET NULL")
+    detail = peewee.TextField(default="")
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "audit_events"
+
+
+ALL_TABLES = [User, ApiToken, Conversation, Message, Monitor, MonitorRun, Wake, JudgeModel, TokenUsage,
+              TriggerLink, Delivery, AuditEvent]

@@ -7,9 +7,13 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import json
 from dataclasses import dataclass
 
 from engine.checks.status import canonical
+from engine.crypto import Keyring
+from engine.links import DEFAULT_BASE, unreachable_reason
+from engine.signatures import example_curl, new_secret
 from engine.pipeline import BASELINE, Prior, run_check
 from engine.placeholders import values as placeholder_values
 from engine.schedule import next_check_at
@@ -17,8 +21,10 @@ from engine.sources import SourceIO
 from engine.spec import Limits, SpecError, channel_refusal, parse_create
 from models.db import iso
 from models.judging import DEFAULT_MODEL, JudgePolicy, resolve_model
+from models.triggers import create_link
 from models.monitors import (
-    CANCELLED, MonitorNotFound, TransitionRefused, change_status, create_monitor, user_monitors,
+    CANCELLED, MonitorNotFound, TransitionRefused, change_status, create_event_monitor, create_monitor,
+    user_monitors,
 )
 from models.tables import Conversation, User
 
@@ -34,6 +40,8 @@ class CreateContext:
     io: SourceIO
     max_text_bytes: int
     judge: JudgePolicy
+    keyring: Keyring | None = None
+    base_url: str = DEFAULT_BASE
 
 
 def monitor_create(user: User, conversation: Conversation, arguments: object, ctx: CreateContext, now: datetime):
@@ -46,6 +54,8 @@ def monitor_create(user: User, conversation: Conversation, arguments: object, ct
     except SpecError as exc:
         raise ToolError(str(exc)) from None
     notes += _judge_notes(spec.condition, spec.judge_model, ctx.judge)
+    if spec.source.type == "webhook":
+        return _create_trigger(user, conversation, spec, notes, ctx, now)
     outcome = run_check(ctx.io, spec.source, spec.check, Prior(), ctx.max_text_bytes, now=now,
                         placeholders=placeholder_values(now, None, None))
     if outcome.kind != BASELINE:
@@ -61,6 +71,38 @@ def monitor_create(user: User, conversation: Conversation, arguments: object, ct
         "next_check_at": iso(monitor.next_check_at), "expires_at": iso(monitor.expires_at),
         "wakes_left": monitor.wakes_left, "notes": notes,
     }
+
+
+SECRET_HIDDEN = "hidden from you; the user reveals it on the link card in this chat"
+
+
+def _create_trigger(user: User, conversation: Conversation, spec, notes: list[str], ctx: CreateContext,
+                    now: datetime):
+    """A webhook monitor: its link, and how a sender calls it; the signing secret stays with the user."""
+    scheme = spec.source.signature
+    monitor = create_event_monitor(user, conversation, spec, now)
+    token = create_link(monitor, scheme, new_secret(scheme), spec.source.max_hits, ctx.keyring)
+    url = f"{ctx.base_url}/api/triggers/{token}"
+    reason = unreachable_reason(ctx.base_url)
+    if reason:
+        notes.append(f"Outside services can't reach this link yet ({reason}); tell the user it works from this "
+                     "machine only until the instance has a public PUBLIC_API_BASE_URL.")
+    return monitor, {
+        "monitor_id": monitor.id, "status": monitor.status, "url": url, "method": "POST", "signature": scheme,
+        "secret": SECRET_HIDDEN if scheme != "none" else None, "reachable_from_internet": reason is None,
+        "example_curl": example_curl(url, scheme, example_body(spec.check)), "expires_at": iso(monitor.expires_at),
+        "max_hits": spec.source.max_hits, "wakes_left": monitor.wakes_left, "notes": notes,
+    }
+
+
+def example_body(check) -> str:
+    """A body the check reads, with a sent_at time so each example call is a new event."""
+    sent_at = '"sent_at": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"'
+    if check.type == "status" and check.value_path and check.values:
+        path = [part for part in check.value_path.replace("[", ".[").split(".") if part and part != "data"]
+        if len(path) == 1 and not path[0].startswith("["):
+            return "{" + f'"{path[0]}": {json.dumps(check.values[0])}, {sent_at}' + "}"
+    return "{" + f'"event": "done", {sent_at}' + "}"
 
 
 def _already_holds(check, state: dict) -> bool:

@@ -14,6 +14,7 @@ from engine.sources import SourceIO, SourcePolicy
 from models.judging import DEFAULT_MODEL, JudgePolicy
 from models.results import Lifecycle
 from vigil.events import LocalBus, RedisBus, make_bus
+from vigil.ratelimit import LinkLimiter
 from vigil.settings import Settings
 
 
@@ -30,6 +31,7 @@ class Runtime:
         self.lifecycle = Lifecycle(unreachable_grace_seconds=settings.MONITOR_UNREACHABLE_GRACE_SECONDS,
                                    autopause_failures=settings.SCHEDULE_AUTOPAUSE_FAILURES,
                                    max_wakes_per_hour=settings.MONITOR_MAX_WAKES_PER_HOUR)
+        self.limiter = LinkLimiter(settings.REDIS_URL)
         self.judge_policy = JudgePolicy(keyring=self.keyring, fallback=default_judge(settings),
                                         failures_limit=settings.SCHEDULE_AUTOPAUSE_FAILURES,
                                         token_budget=settings.MONITOR_JUDGE_TOKEN_BUDGET)

@@ -8,12 +8,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from models import connection, utcnow
 from models.claims import claim_due
 from models.monitors import expire_due
+from models.triggers import unprocessed
 from tasks.checks import BATCH_SIZE, check_monitors
+from tasks.deliveries import process_delivery
 from tasks.events import publish_message, publish_monitor
 
 log = logging.getLogger(__name__)
@@ -31,13 +33,24 @@ def tick(now: datetime, batch_size: int) -> int:
     return len(claimed)
 
 
-def run(tick_seconds: float, batch_size: int, stop: threading.Event) -> None:
-    """Tick until `stop` is set; a full batch goes again at once."""
-    next_tick = time.monotonic()
+def sweep(now: datetime, older_than_seconds: int) -> int:
+    """Queue again the stored deliveries nobody processed (their message was lost); returns how many."""
+    stale = unprocessed(now - timedelta(seconds=older_than_seconds))
+    for delivery_id in stale:
+        process_delivery.send(delivery_id)
+    return len(stale)
+
+
+def run(tick_seconds: float, batch_size: int, stop: threading.Event, sweep_seconds: int = 30) -> None:
+    """Tick until `stop` is set; a full batch goes again at once. Sweeps deliveries every sweep_seconds."""
+    next_tick = next_sweep = time.monotonic()
     while not stop.is_set():
         try:
             with connection():
                 claimed = tick(utcnow(), batch_size)
+                if time.monotonic() >= next_sweep:
+                    next_sweep = time.monotonic() + sweep_seconds
+                    sweep(utcnow(), sweep_seconds)
         except Exception:  # a database or broker outage: log, wait a tick, try again
             log.exception("scheduler tick failed")
             claimed = 0

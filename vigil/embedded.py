@@ -9,6 +9,7 @@ import threading
 import uvicorn
 from dramatiq import Worker
 
+from vigil.logs import mask_tokens
 from vigil.settings import Settings
 
 log = logging.getLogger("vigil")
@@ -19,6 +20,7 @@ def run_web(settings: Settings, host: str, port: int) -> int:
 
     config = uvicorn.Config(create_app(settings), host=host, port=port, timeout_graceful_shutdown=2,
                             log_level=settings.LOG_LEVEL.lower(), proxy_headers=False)
+    mask_tokens()
     for sig in (signal.SIGINT, signal.SIGTERM):
         # uvicorn shuts down on the signal, then raises it again for whatever handler was there before;
         # this one lets the caller finish its own shutdown (worker threads, scheduler) and exit 0.
@@ -33,7 +35,8 @@ def start_scheduler(settings: Settings) -> threading.Event:
 
     stop = threading.Event()
     thread = threading.Thread(target=run, name="vigil-scheduler", daemon=True,
-                              args=(settings.SCHEDULER_TICK_SECONDS, settings.SCHEDULER_BATCH_SIZE, stop))
+                              args=(settings.SCHEDULER_TICK_SECONDS, settings.SCHEDULER_BATCH_SIZE, stop,
+                                    settings.DELIVERY_SWEEP_SECONDS))
     thread.start()
     return stop
 
@@ -45,7 +48,7 @@ def run_scheduler_forever(settings: Settings) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     log.info("scheduler started (tick %ss)", settings.SCHEDULER_TICK_SECONDS)
-    run(settings.SCHEDULER_TICK_SECONDS, settings.SCHEDULER_BATCH_SIZE, stop)
+    run(settings.SCHEDULER_TICK_SECONDS, settings.SCHEDULER_BATCH_SIZE, stop, settings.DELIVERY_SWEEP_SECONDS)
     return 0
 
 

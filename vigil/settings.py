@@ -90,6 +90,20 @@ class Settings:
     """Comma-separated Fernet keys, newest first, for secrets at rest; empty derives one from SECRET_KEY."""
     FILE_SOURCE_ROOTS: str = ""
     """Comma-separated directories file sources may read under; empty turns file sources off."""
+    PUBLIC_API_BASE_URL: str = ""
+    """The address the internet reaches this Vigil's API at; trigger links are built on it. Default empty."""
+    API_URL: str = ""
+    """Fallback for PUBLIC_API_BASE_URL. Default empty: http://127.0.0.1:8000."""
+    TRIGGER_MAX_PAYLOAD_BYTES: int = 256 * 1024
+    """Largest body a trigger link accepts; more is answered 413. Default 262144 (256 KiB)."""
+    TRIGGER_RATE_PER_MINUTE: int = 60
+    """Deliveries per minute one link accepts (moving window); unverified requests get 4 times this. Default 60."""
+    TRIGGER_DEDUPE_WINDOW_SECONDS: int = 600
+    """Without a delivery id, the same body counts once within this many seconds. Default 600."""
+    TRIGGER_MAX_HITS: int = 10_000
+    """Highest max_hits a trigger link may ask for (default 1000 hits); more is capped with a note. Default 10000."""
+    DELIVERY_SWEEP_SECONDS: int = 30
+    """A stored delivery still unprocessed after this long is queued again by the scheduler. Default 30."""
     SCHEDULER_TICK_SECONDS: float = 1.0
     """How often the scheduler looks for due monitors. Default 1."""
     SCHEDULER_BATCH_SIZE: int = 500

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from engine.checks import cel, change, new_items, regex, status, threshold
+from engine.checks import cel, change, every_call, new_items, regex, status, threshold
 from engine.checks.base import CheckSpec, Verdict, format_number
 from engine.checks.change import describe_change
 from engine.checks.threshold import OP_NAMES, OPS, normalize_op, read_number
@@ -15,7 +15,7 @@ from engine.errors import SpecError
 
 #: check type -> the module that parses and evaluates it
 KINDS = {"change": change, "threshold": threshold, "status": status, "new_items": new_items, "regex": regex,
-         "cel": cel}
+         "cel": cel, "every_call": every_call}
 CHECK_TYPES = tuple(KINDS)
 
 __all__ = ["CHECK_TYPES", "KINDS", "OPS", "OP_NAMES", "CheckSpec", "Verdict", "baseline", "describe_change",

@@ -19,6 +19,8 @@ class SourceSpec:
     path: str | None = None
     metric: str | None = None
     labels: dict | None = None
+    signature: str | None = None
+    max_hits: int | None = None
 
 
 @dataclass(frozen=True)

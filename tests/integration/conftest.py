@@ -66,6 +66,7 @@ def drain(broker):
     """Process every queued message, then return."""
     def run() -> None:
         broker.join("checks")
+        broker.join("deliveries")
     return run
 
 

@@ -1,0 +1,110 @@
+"""POST /api/triggers/{token}: a sender wakes a conversation. No model runs here: the delivery is stored,
+answered 202, and queued for a worker."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from litestar import Controller, Request, Response, post, route
+from litestar.concurrency import sync_to_thread
+from litestar.enums import HttpMethod
+from litestar.params import FromPath
+
+from engine.signatures import delivery_id, is_github_ping, verify
+from models import connection, utcnow
+from models.triggers import live_link, store_delivery
+from tasks.deliveries import process_delivery
+from tasks.runtime import current
+
+log = logging.getLogger(__name__)
+NOT_FOUND = {"detail": "Not found."}
+
+
+def _answer(status: int, body: dict) -> Response:
+    return Response(body, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+class TriggersController(Controller):
+    path = "/api/triggers"
+
+    @route("/{token:str}", http_method=[HttpMethod.GET, HttpMethod.HEAD], sync_to_thread=False)
+    def preview(self, token: FromPath[str]) -> Response:
+        """Link previews and mail scanners fetch links: nothing happens on GET."""
+        return _answer(405, {"detail": "Trigger links take POST only; a GET (a link preview, say) does nothing."})
+
+    @post("/{token:str}")
+    async def deliver(self, request: Request, token: FromPath[str]) -> Response:
+        settings = current().settings
+        body = await _read_capped(request, settings.TRIGGER_MAX_PAYLOAD_BYTES)
+        if body is None:
+            return _answer(413, {"detail": f"The body is over {settings.TRIGGER_MAX_PAYLOAD_BYTES} bytes."})
+        headers = {name.lower(): value for name, value in request.headers.items()}
+        return await sync_to_thread(_deliver, token, headers, body)
+
+
+async def _read_capped(request: Request, cap: int) -> bytes | None:
+    """The body, or None once it is over the cap (declared or streamed, chunked included)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        return None
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > cap:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _deliver(token: str, headers: dict, body: bytes) -> Response:
+    runtime = current()
+    settings = runtime.settings
+    with connection():
+        link = live_link(token, utcnow())
+        if link is None:
+            return _answer(404, NOT_FOUND)
+        refusal = _admit(link, headers, body, runtime)
+        if refusal is not None:
+            return refusal
+        if link.signature == "github" and is_github_ping(headers):
+            return _answer(202, {"accepted": True})
+        text = _text(body)
+        if text is None:
+            return _answer(400, {"detail": "The body must be UTF-8 text without NUL characters."})
+        delivery = store_delivery(link, delivery_id(link.signature, headers), text, headers.get("content-type", ""),
+                                  utcnow(), settings.TRIGGER_DEDUPE_WINDOW_SECONDS)
+    if delivery is not None:
+        _enqueue(delivery.id)
+    return _answer(202, {"accepted": True})
+
+
+def _admit(link, headers: dict, body: bytes, runtime) -> Response | None:
+    """Signature first, so junk from someone who has the URL can't use up the sender's rate."""
+    rate = runtime.settings.TRIGGER_RATE_PER_MINUTE
+    key = str(link.id)
+    if link.signature != "none":
+        secret = runtime.keyring.decrypt(link.secret_encrypted)
+        if not verify(link.signature, secret, headers, body, time.time()):
+            if not runtime.limiter.allow("trigger-unverified", key, rate * 4):
+                return _answer(429, {"detail": "Too many unverified requests to this link; slow down."})
+            return _answer(401, {"detail": "The signature is missing or wrong."})
+    if not runtime.limiter.allow("trigger", key, rate):
+        return _answer(429, {"detail": f"This link takes at most {rate} deliveries a minute; slow down."})
+    return None
+
+
+def _text(body: bytes) -> str | None:
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if "\x00" in text else text
+
+
+def _enqueue(delivery_id_: int) -> None:
+    """Queue the stored delivery; if the broker is down the scheduler's sweep queues it later."""
+    try:
+        process_delivery.send(delivery_id_)
+    except Exception:  # noqa: BLE001 — stored already: a lost enqueue only delays it
+        log.warning("delivery %s stored but not queued; the sweep will queue it", delivery_id_)

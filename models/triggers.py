@@ -1,0 +1,94 @@
+"""Trigger links and their deliveries: create, find a live link, store a delivery once, reveal the secret."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import datetime, timedelta
+
+from engine.crypto import Keyring
+from engine.tokens import new_token, token_digest
+from models.db import database, utcnow
+from models.tables import AuditEvent, Delivery, Monitor, TriggerLink
+
+TOKEN_PREFIX = "trg_"
+LIVE = ("active", "paused")
+
+
+def create_link(monitor: Monitor, signature: str, secret: str, max_hits: int, keyring: Keyring) -> str:
+    """Store the link (token digest, encrypted secret); returns the token, shown once in the URL."""
+    token = new_token(TOKEN_PREFIX)
+    TriggerLink.create(monitor=monitor.id, token_digest=token_digest(token), token_encrypted=keyring.encrypt(token),
+                       signature=signature,
+                       secret_encrypted=keyring.encrypt(secret) if secret else "", max_hits=max_hits,
+                       expires_at=monitor.expires_at, created_at=utcnow())
+    return token
+
+
+def live_link(token: str, now: datetime) -> TriggerLink | None:
+    """The link if it is known, unexpired, unrevoked, not used up and its monitor is live; else None."""
+    if not token.startswith(TOKEN_PREFIX) or len(token) > 100:
+        return None
+    link = (TriggerLink.select(TriggerLink, Monitor).join(Monitor)
+            .where(TriggerLink.token_digest == token_digest(token)).first())
+    if link is None or link.revoked_at is not None or link.expires_at <= now or link.hits >= link.max_hits:
+        return None
+    return link if link.monitor.status in LIVE else None
+
+
+def store_delivery(link: TriggerLink, sender_id: str | None, body: str, content_type: str, now: datetime,
+                   window_seconds: int) -> Delivery | None:
+    """Store a delivery once per sender id, or once per body within the window; None for a repeat."""
+    digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+    if sender_id:
+        key = f"id:{sender_id}"
+    else:
+        bucket = int(now.timestamp()) // window_seconds
+        if _seen_recently(link.id, f"body:{digest}:{bucket - 1}", now, window_seconds):
+            return None
+        key = f"body:{digest}:{bucket}"
+    with database.atomic():
+        inserted = (Delivery.insert(link=link.id, dedupe_key=key, body=body, content_type=content_type[:200],
+                                    received_at=now).on_conflict_ignore().as_rowcount().execute())
+        if inserted != 1:
+            return None
+        TriggerLink.update(hits=TriggerLink.hits + 1).where(TriggerLink.id == link.id).execute()
+    return Delivery.get((Delivery.link == link.id) & (Delivery.dedupe_key == key))
+
+
+def _seen_recently(link_id: int, key: str, now: datetime, window_seconds: int) -> bool:
+    earlier = Delivery.get_or_none((Delivery.link == link_id) & (Delivery.dedupe_key == key))
+    return earlier is not None and earlier.received_at > now - timedelta(seconds=window_seconds)
+
+
+def unprocessed(older_than: datetime, limit: int = 500) -> list[int]:
+    """Stored deliveries nobody processed: their message was lost, so they are queued again."""
+    return [row.id for row in Delivery.select(Delivery.id)
+            .where(Delivery.processed_at.is_null() & (Delivery.received_at < older_than)).limit(limit)]
+
+
+def revoke(monitor_id: str, now: datetime) -> None:
+    TriggerLink.update(revoked_at=now).where((TriggerLink.monitor == monitor_id)
+                                             & TriggerLink.revoked_at.is_null()).execute()
+
+
+def reveal_secret(user_id: int, monitor_id: str, keyring: Keyring, now: datetime) -> str | None:
+    """The signing secret of the user's live, signed link, audited; None when there is none."""
+    link = (TriggerLink.select(TriggerLink, Monitor).join(Monitor)
+            .where((TriggerLink.monitor == monitor_id) & (Monitor.user == user_id)).first())
+    if link is None or not link.secret_encrypted or link.revoked_at is not None or link.expires_at <= now:
+        return None
+    if link.monitor.status not in LIVE:
+        return None
+    AuditEvent.create(user=user_id, action="monitor.secret_revealed", monitor=monitor_id, created_at=now)
+    return keyring.decrypt(link.secret_encrypted)
+
+
+def link_cards(monitor_ids: list[str], keyring: Keyring, base_url: str, now: datetime) -> dict[str, dict]:
+    """What the owner's link cards show, by monitor id: the URL, scheme, expiry, hits, and whether it ended."""
+    cards = {}
+    for link in TriggerLink.select().where(TriggerLink.monitor.in_(monitor_ids)):
+        ended = link.revoked_at is not None or link.expires_at <= now or link.hits >= link.max_hits
+        cards[link.monitor_id] = {"url": f"{base_url}/api/triggers/{keyring.decrypt(link.token_encrypted)}",
+                                  "signature": link.signature, "expires_at": link.expires_at, "hits": link.hits,
+                                  "max_hits": link.max_hits, "ended": ended}
+    return cards

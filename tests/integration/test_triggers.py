@@ -1,0 +1,222 @@
+"""Trigger links: every answer code, every bad input with nothing stored, and the wake they cause."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from engine.signatures import sign
+from models.tables import AuditEvent, Delivery, Message, TriggerLink, Wake
+from tests.integration.helpers import db, tool
+from vigil.ratelimit import LinkLimiter
+
+
+def create(client, token, signature="none", **arguments) -> dict:
+    args = {"description": "the deploy finishes", "source": {"type": "webhook", "signature": signature},
+            "max_wakes": 10, **arguments}
+    body = tool(client, token, "monitor_create", args).json()
+    assert body["ok"], body
+    return body["result"]
+
+
+def path_of(url: str) -> str:
+    return url[url.index("/api/triggers/"):]
+
+
+def deliveries() -> int:
+    with db():
+        return Delivery.select().count()
+
+
+def wakes(monitor_id: str) -> list[Message]:
+    with db():
+        return list(Message.select().join(Wake, on=(Wake.message == Message.id))
+                    .where(Wake.monitor == monitor_id).order_by(Message.id))
+
+
+def stored_secret(monitor_id: str) -> str:
+    import tasks.runtime as runtime
+
+    with db():
+        return runtime.current().keyring.decrypt(TriggerLink.get(TriggerLink.monitor == monitor_id).secret_encrypted)
+
+
+def test_unsigned_link_result_and_a_delivery_wakes(client, owner, drain):
+    result = create(client, owner[1])
+    assert result["url"].startswith("http://127.0.0.1:8000/api/triggers/trg_") and result["method"] == "POST"
+    assert result["reachable_from_internet"] is False and "PUBLIC_API_BASE_URL" in " ".join(result["notes"])
+    assert result["secret"] is None and "curl" in result["example_curl"] and "sent_at" in result["example_curl"]
+    response = client.post(path_of(result["url"]), json={"status": "deployed", "version": "1.2.3"})
+    assert response.status_code == 202 and response.json() == {"accepted": True}
+    drain()
+    [wake] = wakes(result["monitor_id"])
+    assert wake.metadata["wake"]["source"] == "trigger" and '"version": "1.2.3"' in wake.content
+
+
+def test_public_base_url_makes_the_link_reachable(client, owner, reconfigure):
+    reconfigure(PUBLIC_API_BASE_URL="https://vigil.example.com/")
+    result = create(client, owner[1])
+    assert result["url"].startswith("https://vigil.example.com/api/triggers/trg_")
+    assert result["reachable_from_internet"] is True and result["notes"] == []
+
+
+@pytest.mark.parametrize("scheme", ["github", "standard_webhooks", "hmac_sha256"])
+def test_signed_link_accepts_a_signed_delivery_and_refuses_others(client, owner, drain, scheme):
+    result = create(client, owner[1], signature=scheme)
+    assert result["secret"] == "hidden from you; the user reveals it on the link card in this chat"
+    secret = stored_secret(result["monitor_id"])
+    assert secret not in json.dumps(result) and "VIGIL_WEBHOOK_SECRET" in result["example_curl"]
+    body = b'{"status": "done"}'
+    wrong = sign(scheme, "another-links-secret" if scheme != "standard_webhooks" else
+                 "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", body, time.time())
+    for headers in ({}, wrong, {"X-Signature": "sha256=" + "0" * 64, "X-Hub-Signature-256": "v1,!!!",
+                                "webhook-signature": "v1,a,b"}):
+        response = client.post(path_of(result["url"]), content=body, headers=headers)
+        assert response.status_code == 401, headers
+    assert deliveries() == 0
+    good = sign(scheme, secret, body, time.time())
+    assert client.post(path_of(result["url"]), content=body, headers=good).status_code == 202
+    drain()
+    [wake] = wakes(result["monitor_id"])
+    assert secret not in wake.content
+
+
+def test_get_and_head_do_nothing(client, owner):
+    result = create(client, owner[1])
+    assert client.get(path_of(result["url"])).status_code == 405
+    assert client.head(path_of(result["url"])).status_code == 405
+    assert deliveries() == 0
+
+
+def test_unknown_cancelled_and_used_up_links_all_look_the_same(client, owner, reconfigure):
+    unknown = client.post("/api/triggers/trg_" + "x" * 43, json={})
+    cancelled = create(client, owner[1])
+    client.post(f"/api/monitors/{cancelled['monitor_id']}/cancel", headers={"Authorization": f"Bearer {owner[1]}"})
+    after_cancel = client.post(path_of(cancelled["url"]), json={"a": 1})
+    used = create(client, owner[1], source={"type": "webhook", "max_hits": 1})
+    assert client.post(path_of(used["url"]), json={"n": 1}).status_code == 202
+    used_up = client.post(path_of(used["url"]), json={"n": 2})
+    for response in (unknown, after_cancel, used_up):
+        assert response.status_code == 404 and response.json() == {"detail": "Not found."}
+    assert deliveries() == 1
+
+
+def test_payload_over_the_cap_is_413_with_and_without_content_length(client, owner, reconfigure):
+    reconfigure(TRIGGER_MAX_PAYLOAD_BYTES=1000)
+    result = create(client, owner[1])
+    assert client.post(path_of(result["url"]), content=b"x" * 1001).status_code == 413
+
+    def chunks():
+        for _ in range(20):
+            yield b"y" * 100
+
+    assert client.post(path_of(result["url"]), content=chunks()).status_code == 413
+    assert client.post(path_of(result["url"]), content=b"z" * 1000).status_code == 202
+    assert deliveries() == 1
+
+
+@pytest.mark.parametrize("body", [b"\xff\xfe not utf-8", b'{"a": "nul \x00 byte"}'])
+def test_body_that_cannot_be_stored_is_400(client, owner, body):
+    result = create(client, owner[1])
+    assert client.post(path_of(result["url"]), content=body).status_code == 400
+    assert deliveries() == 0
+
+
+@pytest.mark.parametrize("body", [b'{"a": NaN}', b'{"a": Infinity}', b'{"a": "\\u0000"}', b"[" * 100_000 + b"]" * 100_000])
+def test_odd_json_is_accepted_as_text_and_never_breaks_processing(client, owner, drain, body):
+    result = create(client, owner[1])
+    assert client.post(path_of(result["url"]), content=body).status_code == 202
+    drain()
+    assert len(wakes(result["monitor_id"])) == 1
+    with db():
+        assert Delivery.get().processed_at is not None
+
+
+def test_rate_limit_at_the_boundary(client, owner, reconfigure):
+    reconfigure(TRIGGER_RATE_PER_MINUTE=3)
+    result = create(client, owner[1])
+    codes = [client.post(path_of(result["url"]), json={"n": n}).status_code for n in range(4)]
+    assert codes == [202, 202, 202, 429]
+    assert deliveries() == 3
+
+
+def test_unreachable_redis_turns_the_rate_limit_off_not_the_link():
+    limiter = LinkLimiter("redis://127.0.0.1:1/0")
+    assert all(limiter.allow("trigger", "1", 1) for _ in range(3))
+
+
+def test_repeats_are_stored_once(client, owner, drain):
+    result = create(client, owner[1])
+    url = path_of(result["url"])
+    for _ in range(2):
+        assert client.post(url, json={"n": 1}, headers={"Idempotency-Key": "abc"}).status_code == 202
+        assert client.post(url, json={"same": "body"}).status_code == 202
+    assert deliveries() == 2
+    drain()
+    assert len(wakes(result["monitor_id"])) == 2
+
+
+def test_github_ping_is_acknowledged_and_ignored(client, owner):
+    result = create(client, owner[1], signature="github")
+    body = b'{"zen": "Keep it logically awesome."}'
+    headers = {**sign("github", stored_secret(result["monitor_id"]), body, time.time()), "X-GitHub-Event": "ping"}
+    assert client.post(path_of(result["url"]), content=body, headers=headers).status_code == 202
+    assert deliveries() == 0
+
+
+def test_status_check_wakes_on_entering_and_misfits_speak_once(client, owner, drain):
+    result = create(client, owner[1], check={"type": "status", "value_path": "state", "values": ["success", "failure"]})
+    assert '"state": "success"' in result["example_curl"]
+    url = path_of(result["url"])
+    for body in ({"state": "running"}, {"state": "success"}, {"state": "success", "n": 2},
+                 {"progress": 50}, {"progress": 80}):
+        assert client.post(url, json=body).status_code == 202
+        drain()
+    messages = wakes(result["monitor_id"])
+    assert len(messages) == 2
+    assert "success" in messages[0].content and messages[0].metadata["wake"]["source"] == "trigger"
+    assert "did not fit its check" in messages[1].content and "state" in messages[1].content
+
+
+def test_lost_delivery_message_is_swept_and_processed_once(client, owner, broker, drain):
+    from models import utcnow
+    from models.triggers import live_link, store_delivery
+    from tasks.scheduler import sweep
+
+    result = create(client, owner[1])
+    token = result["url"].rsplit("/", 1)[1]
+    with db():
+        link = live_link(token, utcnow())
+        store_delivery(link, "lost-1", '{"lost": true}', "application/json", utcnow(), 600)
+        assert sweep(utcnow(), 0) == 1
+        assert sweep(utcnow(), 0) == 1  # queued twice: processed once all the same
+    drain()
+    assert len(wakes(result["monitor_id"])) == 1
+
+
+def test_reveal_secret_is_for_the_owners_session_only(client, owner, stranger):
+    from tests.integration.test_monitors_api import login
+
+    result = create(client, owner[1], signature="standard_webhooks")
+    path = f"/api/monitors/{result['monitor_id']}/secret"
+    assert client.get(path, headers={"Authorization": f"Bearer {owner[1]}"}).status_code == 404
+    login(client, "stranger@example.com", "stranger-password")
+    assert client.get(path).status_code == 404
+    client.cookies.clear()
+    login(client)
+    revealed = client.get(path)
+    assert revealed.status_code == 200 and revealed.headers["cache-control"].startswith("no-store")
+    assert revealed.json() == {"secret": stored_secret(result["monitor_id"])}
+    with db():
+        [event] = AuditEvent.select()
+        assert (event.action, event.user_id, event.monitor_id) == ("monitor.secret_revealed", owner[0].id,
+                                                                    result["monitor_id"])
+    page = client.get("/conversations/1")
+    assert "Reveal secret" in page.text and result["url"] in page.text
+    assert stored_secret(result["monitor_id"]) not in page.text
+    csrf = re.search(r'"X-CSRF-Token": "([^"]+)"', page.text).group(1)
+    client.post(f"/api/monitors/{result['monitor_id']}/cancel", headers={"X-CSRF-Token": csrf})
+    assert client.get(path).status_code == 404
