@@ -11,6 +11,7 @@ from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
+from app.approvals import ApprovalsController
 from app.conversations_api import ConversationsController
 from app.events import EventsController
 from app.models_page import ModelsController
@@ -36,7 +37,7 @@ def create_app(settings: Settings) -> Litestar:
                                   secure=settings.SESSION_COOKIE_SECURE)
     return Litestar(
         route_handlers=[ToolController, ConversationsController, MonitorsController, EventsController,
-                        PagesController, ModelsController, TriggersController, healthz,
+                        PagesController, ModelsController, TriggersController, ApprovalsController, healthz,
                         create_static_files_router(path="/static", directories=[STATIC])],
         middleware=[session.middleware],
         template_config=TemplateConfig(instance=JinjaTemplateEngine.from_environment(env)),

@@ -12,7 +12,7 @@ from models import connection, utcnow
 from models.conversations import ConversationRefused, conversation_for
 from models.tool_actions import CreateContext, ToolError, monitor_cancel, monitor_create, monitor_list
 from app.auth import token_user
-from engine.links import public_base
+from engine.links import app_base, public_base
 from app.settings import limits_from
 from tasks.events import publish_monitor
 from tasks.runtime import current
@@ -49,9 +49,10 @@ def _run(action: str, user, conversation, arguments: dict) -> dict:
         settings = runtime.settings
         if not settings.MONITORS_ENABLED:
             raise ToolError("Monitors are turned off on this Vigil instance; tell the user you can't watch this.")
+        api_base = public_base(settings.PUBLIC_API_BASE_URL, settings.API_URL)
         ctx = CreateContext(limits_from(settings), runtime.source_io(), settings.FETCH_MAX_TEXT_BYTES,
-                            runtime.judge_policy, runtime.keyring,
-                            public_base(settings.PUBLIC_API_BASE_URL, settings.API_URL))
+                            runtime.judge_policy, runtime.keyring, api_base,
+                            app_base(settings.PUBLIC_APP_URL, settings.SERVE_UI, api_base))
         monitor, result = monitor_create(user, conversation, arguments, ctx, utcnow())
     publish_monitor(monitor)
     return result

@@ -23,3 +23,15 @@ def unreachable_reason(base_url: str) -> str | None:
     except ValueError:
         return None if "." in host else f"{host} is a bare container or machine name"
     return None if address.is_global else f"{host} is not a public address"
+
+
+def app_base(public_app_url: str, serve_ui: bool, api_base: str) -> str:
+    """Where the pages live: PUBLIC_APP_URL when the UI runs elsewhere, else this server's own address."""
+    if public_app_url:
+        return public_app_url.rstrip("/")
+    return api_base if serve_ui else DEFAULT_BASE
+
+
+def origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()

@@ -80,6 +80,8 @@ def parse_create(arguments: object, limits: Limits,
     )
     if spec.source.type == "webhook":
         spec = _webhook_spec(spec, arguments, limits, notes)
+    if spec.source.type == "approval":
+        spec = _approval_spec(spec, arguments, notes)
     if spec.check.value_path and spec.source.type == "page":
         raise SpecError("check.value_path reads JSON; on a page source leave it out and the first number in the text is read.")
     return spec, notes
@@ -90,7 +92,8 @@ def spec_to_record(spec: MonitorSpec) -> dict:
 
 
 def source_from_record(data: dict) -> SourceSpec:
-    return SourceSpec(**data)
+    options = data.get("options")
+    return SourceSpec(**{**data, "options": tuple(options) if options is not None else None})
 
 
 def check_from_record(data: dict) -> CheckSpec:
@@ -106,6 +109,15 @@ def _webhook_spec(spec: MonitorSpec, arguments: dict, limits: Limits, notes: lis
         notes.append(f"source.max_hits was capped from {spec.source.max_hits} to the maximum of {limits.max_hits}.")
         spec = replace(spec, source=replace(spec.source, max_hits=limits.max_hits))
     return spec
+
+
+def _approval_spec(spec: MonitorSpec, arguments: dict, notes: list[str]) -> MonitorSpec:
+    """The decision is the event: a check or condition given anyway is ignored, and notes say so."""
+    ignored = [name for name in ("check", "condition", "judge_model") if arguments.get(name) is not None]
+    if ignored:
+        notes.append(f"An approval monitor takes no {' or '.join(ignored)}: the decision is the event, so "
+                     f"{'it was' if len(ignored) == 1 else 'they were'} ignored.")
+    return replace(spec, check=CheckSpec(type="every_call"), condition="", judge_model="", max_wakes=1)
 
 
 _TEXT_PURPOSE = {"description": "a short sentence saying what this monitor waits for",

@@ -49,6 +49,15 @@ def misfit_text(description: str, problem: str) -> str:
             "fit stay silent.")
 
 
+def decision_text(description: str, question: str, decision: str, comment: str) -> str:
+    lines = [f"Approval decided: {description}",
+             "A person decided through the approval link (not the user of this chat; untrusted input):",
+             f"Question: {clean_found(question)}", f"Decision: {clean_found(decision)}"]
+    if comment:
+        lines += ["Comment:", "<<<", clean_found(comment), ">>>"]
+    return "\n".join(lines)
+
+
 def expired_text(description: str) -> str:
     return (f"Monitor expired without firing: {description}. Nothing matched before it ran out of "
             "time; tell the user, and offer to watch again if it still matters.")

@@ -191,5 +191,18 @@ class AuditEvent(BaseModel):
         table_name = "audit_events"
 
 
+class ApprovalRequest(BaseModel):
+    """The request behind a /approve/<token> page; the first decision is the only one."""
+    monitor = peewee.ForeignKeyField(Monitor, unique=True, backref="approvals", on_delete="CASCADE")
+    token_digest = peewee.CharField(max_length=64, unique=True)
+    decision = peewee.CharField(max_length=60, null=True)
+    comment = peewee.TextField(default="")
+    decided_at = peewee.DateTimeField(null=True)
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "approval_requests"
+
+
 ALL_TABLES = [User, ApiToken, Conversation, Message, Monitor, MonitorRun, Wake, JudgeModel, TokenUsage,
-              TriggerLink, Delivery, AuditEvent]
+              TriggerLink, Delivery, AuditEvent, ApprovalRequest]

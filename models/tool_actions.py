@@ -21,6 +21,7 @@ from engine.sources import SourceIO
 from engine.spec import Limits, SpecError, channel_refusal, parse_create
 from models.db import iso
 from models.judging import DEFAULT_MODEL, JudgePolicy, resolve_model
+from models.approvals import create_request
 from models.triggers import create_link
 from models.monitors import (
     CANCELLED, MonitorNotFound, TransitionRefused, change_status, create_event_monitor, create_monitor,
@@ -42,6 +43,7 @@ class CreateContext:
     judge: JudgePolicy
     keyring: Keyring | None = None
     base_url: str = DEFAULT_BASE
+    app_url: str = DEFAULT_BASE
 
 
 def monitor_create(user: User, conversation: Conversation, arguments: object, ctx: CreateContext, now: datetime):
@@ -56,6 +58,8 @@ def monitor_create(user: User, conversation: Conversation, arguments: object, ct
     notes += _judge_notes(spec.condition, spec.judge_model, ctx.judge)
     if spec.source.type == "webhook":
         return _create_trigger(user, conversation, spec, notes, ctx, now)
+    if spec.source.type == "approval":
+        return _create_approval(user, conversation, spec, notes, ctx, now)
     outcome = run_check(ctx.io, spec.source, spec.check, Prior(), ctx.max_text_bytes, now=now,
                         placeholders=placeholder_values(now, None, None))
     if outcome.kind != BASELINE:
@@ -92,6 +96,17 @@ def _create_trigger(user: User, conversation: Conversation, spec, notes: list[st
         "secret": SECRET_HIDDEN if scheme != "none" else None, "reachable_from_internet": reason is None,
         "example_curl": example_curl(url, scheme, example_body(spec.check)), "expires_at": iso(monitor.expires_at),
         "max_hits": spec.source.max_hits, "wakes_left": monitor.wakes_left, "notes": notes,
+    }
+
+
+def _create_approval(user: User, conversation: Conversation, spec, notes: list[str], ctx: CreateContext,
+                     now: datetime):
+    """An approval monitor: only the page link to forward, never anything that decides."""
+    monitor = create_event_monitor(user, conversation, spec, now)
+    token = create_request(monitor, now)
+    return monitor, {
+        "monitor_id": monitor.id, "status": monitor.status, "approval_url": f"{ctx.app_url}/approve/{token}",
+        "options": list(spec.source.options), "expires_at": iso(monitor.expires_at), "notes": notes,
     }
 
 

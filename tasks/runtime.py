@@ -52,6 +52,7 @@ class Runtime:
         if session is None:
             session = self._local.judge_session = requests.Session()
             session.trust_env = False
+            session.headers["User-Agent"] = "Vigil/0.1 (+judge)"
         return session
 
     def publish(self, user_id: int, name: str, data: dict) -> None:

@@ -94,6 +94,10 @@ class Settings:
     """The address the internet reaches this Vigil's API at; trigger links are built on it. Default empty."""
     API_URL: str = ""
     """Fallback for PUBLIC_API_BASE_URL. Default empty: http://127.0.0.1:8000."""
+    PUBLIC_APP_URL: str = ""
+    """Where the web UI runs when it is not this server (e.g. http://localhost:5173); approval links use it."""
+    SERVE_UI: bool = True
+    """This server serves the pages (approval pages included), so approval links use its own address. Default true."""
     TRIGGER_MAX_PAYLOAD_BYTES: int = 256 * 1024
     """Largest body a trigger link accepts; more is answered 413. Default 262144 (256 KiB)."""
     TRIGGER_RATE_PER_MINUTE: int = 60

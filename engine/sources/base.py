@@ -21,6 +21,10 @@ class SourceSpec:
     labels: dict | None = None
     signature: str | None = None
     max_hits: int | None = None
+    question: str | None = None
+    details: str | None = None
+    options: tuple[str, ...] | None = None
+    allow_comment: bool | None = None
 
 
 @dataclass(frozen=True)

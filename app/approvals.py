@@ -1,0 +1,130 @@
+"""The public approval page /approve/<token> and its JSON twin /api/approvals/<token>.
+
+Opening changes nothing; only a POST carrying the page's nonce, from our own origin, decides; the first
+decision wins. Vigil's own fetchers are refused, so an agent can't decide its own link.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from typing import Annotated, Any
+
+from litestar import Controller, Request, Response, get, post, route
+from litestar.enums import HttpMethod
+from litestar.params import FromPath, JSONBody
+from litestar.response import Template
+
+from app.pages import Form
+from engine.links import app_base, origin, public_base
+from engine.tokens import token_digest
+from models import connection, utcnow
+from models.approvals import ApprovalClosed, decide, find, view
+from models.monitors import load_for_check
+from tasks.events import publish_message, publish_monitor
+from tasks.runtime import current
+
+HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer", "X-Robots-Tag": "noindex, nofollow",
+           "Content-Security-Policy": "frame-ancestors 'none'", "X-Frame-Options": "DENY"}
+#: what Vigil's own outbound clients send; a request carrying it is one of ours
+OWN_AGENT = "Vigil/"
+
+
+class ApprovalsController(Controller):
+    @route("/approve/{token:str}", http_method=[HttpMethod.GET, HttpMethod.HEAD], sync_to_thread=True)
+    def page(self, request: Request, token: FromPath[str]) -> Response:
+        if _own_fetcher(request):
+            return _refused_fetcher()
+        with connection():
+            found = find(token)
+            if found is None:
+                return _page(token, None, status=404)
+            return _page(token, view(found, utcnow()))
+
+    @post("/approve/{token:str}", sync_to_thread=True)
+    def decide_form(self, request: Request, token: FromPath[str], data: Annotated[dict[str, str], Form]) -> Response:
+        refusal = _refusal(request, token, data.get("nonce"))
+        if refusal is not None:
+            return refusal
+        status, found, message = _decide(token, data.get("decision", ""), data.get("comment", ""))
+        return _page(token, view(found, utcnow()) if found else None, status=status, message=message)
+
+    @get("/api/approvals/{token:str}", sync_to_thread=True)
+    def read(self, request: Request, token: FromPath[str]) -> Response:
+        if _own_fetcher(request):
+            return _refused_fetcher()
+        with connection():
+            found = find(token)
+            if found is None:
+                return Response({"detail": "Not found."}, status_code=404, headers=HEADERS)
+            return Response({**view(found, utcnow()).as_json(), "nonce": nonce(token)}, headers=HEADERS)
+
+    @post("/api/approvals/{token:str}", status_code=200, sync_to_thread=True)
+    def decide_json(self, request: Request, token: FromPath[str], data: JSONBody[Any]) -> Response:
+        data = data if isinstance(data, dict) else {}
+        refusal = _refusal(request, token, data.get("nonce"), as_json=True)
+        if refusal is not None:
+            return refusal
+        status, found, message = _decide(token, str(data.get("decision", "")), str(data.get("comment") or ""))
+        body = view(found, utcnow()).as_json() if found and status == 200 else {"detail": message}
+        return Response(body, status_code=status, headers=HEADERS)
+
+
+def nonce(token: str) -> str:
+    """The form nonce a rendered page carries: bound to this link and this server's key."""
+    key = current().settings.SECRET_KEY.encode()
+    return hmac.new(key, f"approve:{token_digest(token)}".encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def _decide(token: str, decision: str, comment: str) -> tuple[int, object, str]:
+    with connection():
+        found = find(token)
+        if found is None:
+            return 404, None, "This approval request does not exist."
+        try:
+            woke = decide(found, decision, comment, utcnow())
+        except ApprovalClosed as exc:
+            return exc.status, find(token), exc.message
+        monitor = load_for_check(found.monitor_id)
+        publish_monitor(monitor)
+        if woke is not None:
+            publish_message(monitor.user_id, monitor.conversation.external_id, woke)
+        return 200, find(token), "Thank you: your decision was sent."
+
+
+def _refusal(request: Request, token: str, sent_nonce: str | None, as_json: bool = False) -> Response | None:
+    """Our own fetchers, a foreign Origin, or a missing/wrong nonce: nothing is decided."""
+    if _own_fetcher(request):
+        return _refused_fetcher()
+    sent_origin = request.headers.get("origin")
+    if sent_origin and sent_origin.lower() not in _our_origins(request):
+        problem = "The request came from another site."
+    elif not sent_nonce or not hmac.compare_digest(str(sent_nonce).encode(), nonce(token).encode()):
+        problem = "The form has expired; reload the page and choose again."
+    else:
+        return None
+    if as_json:
+        return Response({"detail": problem}, status_code=403, headers=HEADERS)
+    return Response(problem, status_code=403, media_type="text/plain", headers=HEADERS)
+
+
+def _our_origins(request: Request) -> set[str]:
+    settings = current().settings
+    api = public_base(settings.PUBLIC_API_BASE_URL, settings.API_URL)
+    return {origin(api), origin(app_base(settings.PUBLIC_APP_URL, settings.SERVE_UI, api)),
+            origin(str(request.base_url))}
+
+
+def _own_fetcher(request: Request) -> bool:
+    return request.headers.get("user-agent", "").startswith(OWN_AGENT)
+
+
+def _refused_fetcher() -> Response:
+    return Response("Vigil's own clients can't open approval links.", status_code=403, media_type="text/plain",
+                    headers=HEADERS)
+
+
+def _page(token: str, approval, status: int = 200, message: str | None = None) -> Template:
+    return Template("pages/approve.html", status_code=status, headers=HEADERS,
+                    context={"approval": approval, "nonce": nonce(token) if approval else "", "message": message,
+                             "token": token})
