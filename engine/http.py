@@ -11,19 +11,21 @@ import itertools
 import os
 import re
 import socket
+import ssl
+import string
 import threading
 import time
 from dataclasses import dataclass
-from http.cookiejar import DefaultCookiePolicy
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import quote, urljoin, urlsplit, urlunparse
 
-import requests
-from requests.adapters import HTTPAdapter
-from requests.utils import requote_uri
+import certifi
+import urllib3
+from urllib3 import BaseHTTPResponse
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
-from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+from urllib3.exceptions import ConnectTimeoutError, HTTPError, NewConnectionError, SSLError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
+from urllib3.util import create_urllib3_context, parse_url
 from urllib3.util.connection import create_connection
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -31,6 +33,8 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 _CHUNK = 65536
 _REDIRECT_CODES = frozenset({301, 302, 303, 307, 308})
 _CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
+_UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
+_ESCAPE = re.compile(r"%([^\W_]{2})")
 _PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
 _METADATA = frozenset(map(ipaddress.ip_address, ("169.254.169.254", "fd00:ec2::254",
                                                   "100.100.100.200")))
@@ -301,113 +305,137 @@ def _pool_classes(allow_loopback: bool) -> dict[str, type]:
             "https": type("GuardedTLSPool", (HTTPSConnectionPool,), {"ConnectionCls": tls})}
 
 
-class _GuardedAdapter(HTTPAdapter):
-    def __init__(self, allow_loopback: bool):
-        self._allow_loopback = allow_loopback
-        super().__init__(max_retries=0)
-
-    def init_poolmanager(self, *args, **kwargs) -> None:
-        super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = _pool_classes(self._allow_loopback)
+@functools.cache
+def _tls_context(ca_certs: str | None) -> ssl.SSLContext:
+    """One verifying context per CA bundle, shared: loading certifi's bundle costs ~15 ms of CPU."""
+    context = create_urllib3_context()  # CERT_REQUIRED, host name checked, TLS 1.2 or later
+    context.load_verify_locations(cafile=ca_certs or certifi.where())
+    return context
 
 
 class Fetcher:
-    """GETs public web pages within a FetchPolicy; one pooled session, reused across calls."""
+    """GETs public web pages within a FetchPolicy; one urllib3 PoolManager, reused across calls."""
 
     def __init__(self, policy: FetchPolicy = FetchPolicy(),
-                 user_agent: str = "Vigil/0.1 (+monitor)"):
+                 user_agent: str = "Vigil/0.1 (+monitor)", *, ca_certs: str | None = None):
+        """`ca_certs`, a PEM file of CAs to trust instead of certifi's bundle, is for tests."""
         self.policy = policy
-        self._session = session = requests.Session()
-        session.trust_env = False
-        session.max_redirects = policy.max_redirects
-        session.headers["User-Agent"] = user_agent
-        session.cookies.set_policy(DefaultCookiePolicy(allowed_domains=[]))
-        adapter = _GuardedAdapter(policy.allow_loopback)
-        for prefix in ("http://", "https://"):
-            session.mount(prefix, adapter)
+        self._headers = {"User-Agent": user_agent, "Accept-Encoding": "gzip, deflate",
+                         "Accept": "*/*", "Connection": "keep-alive"}
+        self._pools = urllib3.PoolManager(num_pools=10, maxsize=10, cert_reqs="CERT_REQUIRED",
+                                          ssl_context=_tls_context(ca_certs))
+        self._pools.pool_classes_by_scheme = _pool_classes(policy.allow_loopback)
 
     def close(self) -> None:
-        self._session.close()
+        self._pools.clear()
 
     def get(self, url: str, headers: dict[str, str] | None = None) -> Response:
         check_url(url)
+        merged = self._headers
+        if headers:  # they override the defaults whatever the case of the names; None drops one
+            pairs = {k.lower(): (k, v) for k, v in [*self._headers.items(), *headers.items()]}
+            merged = {name: value for name, value in pairs.values() if value is not None}
         with _Deadline(self.policy.timeout) as deadline:
-            return self._follow(url, dict(headers or {}), deadline)
+            return self._follow(url, merged, deadline)
 
     def _follow(self, url: str, headers: dict[str, str], deadline: _Deadline) -> Response:
         for _ in range(self.policy.max_redirects + 1):
             resp = self._send(url, headers, deadline)
-            target = self._redirect_target(resp)
-            if target is None:
-                return self._finish(resp, deadline)
-            _discard(resp, deadline)
-            if self._session.should_strip_auth(url, target):
+            try:
+                target = _redirect_target(resp)
+                if target is None:
+                    return self._finish(resp, deadline)
+                with contextlib.suppress(FetchError):  # read a small body: the connection is reused
+                    _read_body(resp, deadline, _CHUNK)
+            finally:
+                deadline.attach(None)
+                if resp.connection is not None:  # body not read to its end: the connection must go
+                    resp.close()
+                resp.release_conn()  # urllib3 released it already if the body was read to its end
+            if _strips_credentials(url, target):
                 headers = {k: v for k, v in headers.items() if k.lower() not in _CREDENTIAL_HEADERS}
             url = target
         raise FetchError(f"The page led through more than {self.policy.max_redirects} redirects; "
                          "the redirect chain is too long or loops.")
 
-    def _send(self, url: str, headers: dict[str, str], deadline: _Deadline) -> requests.Response:
+    def _send(self, url: str, headers: dict[str, str], deadline: _Deadline) -> BaseHTTPResponse:
+        """Sends the GET and reads the status line and headers; the body is left to _finish."""
         remaining = deadline.left()
         if remaining <= 0:
             raise _timed_out(url, deadline)
         try:
-            return self._session.get(url, headers=headers, stream=True, allow_redirects=False,
-                                     timeout=(remaining, remaining))
-        except (requests.RequestException, ValueError) as exc:
+            prepared = _prepare(url)
+            resp = self._pools.urlopen("GET", prepared, headers=headers, redirect=False,
+                                       retries=False, preload_content=False, decode_content=True,
+                                       timeout=urllib3.Timeout(connect=remaining, read=remaining))
+        except (HTTPError, OSError, ValueError) as exc:
             raise _translate(exc, url, deadline) from exc
+        resp.url = prepared
+        return resp
 
-    def _redirect_target(self, resp: requests.Response) -> str | None:
-        location = self._session.get_redirect_target(resp)
-        if resp.status_code not in _REDIRECT_CODES or not location:
-            return None
-        try:
-            return check_url(requote_uri(urljoin(resp.url, location)))
-        except (BlockedURL, requests.RequestException, ValueError) as exc:
-            resp.close()
-            detail = exc.message if isinstance(exc, BlockedURL) else "it is not a valid url."
-            raise BlockedURL(f"The page redirected to an unusable url: {detail}") from None
-
-    def _finish(self, resp: requests.Response, deadline: _Deadline) -> Response:
-        try:
-            _check_status(resp)
-            body, truncated = _read_body(resp, deadline, self.policy.max_bytes)
-        finally:
-            deadline.attach(None)
-            resp.close()
-        headers = {name.lower(): value for name, value in resp.headers.items()}
-        return Response(url=resp.url, status=resp.status_code, headers=headers,
+    def _finish(self, resp: BaseHTTPResponse, deadline: _Deadline) -> Response:
+        _check_status(resp)
+        body, truncated = _read_body(resp, deadline, self.policy.max_bytes)
+        headers = {name.lower(): value for name, value in resp.headers.itermerged()}
+        return Response(url=resp.url, status=resp.status, headers=headers,
                         body=body, truncated=truncated)
 
 
-def _read_body(resp: requests.Response, deadline: _Deadline, limit: int) -> tuple[bytes, bool]:
+@functools.lru_cache(maxsize=1024)
+def _prepare(url: str) -> str:
+    """The url as sent and as Response.url: normalized and quoted as requests prepared it."""
+    parts = parse_url(url)
+    netloc = f"{parts.host}:{parts.port}" if parts.port else parts.host
+    return _requote(urlunparse((parts.scheme, netloc, parts.path or "/", "", parts.query,
+                                parts.fragment)))
+
+
+def _requote(uri: str) -> str:
+    """requests' requote_uri: decode %XX escapes of unreserved characters, quote illegal ones."""
+    try:
+        uri = _ESCAPE.sub(lambda m: c if (c := chr(int(m[1], 16))) in _UNRESERVED else m[0], uri)
+    except ValueError:  # an escape that is not hexadecimal: its '%' is quoted too
+        return quote(uri, safe="!#$&'()*+,/:;=?@[]~")
+    return quote(uri, safe="!#$%&'()*+,/:;=?@[]~")
+
+
+def _redirect_target(resp: BaseHTTPResponse) -> str | None:
+    location = resp.headers.get("location")
+    if resp.status not in _REDIRECT_CODES or not location:
+        return None
+    try:  # http.client decodes header values as latin-1; Location is UTF-8 far more often
+        return check_url(_requote(urljoin(resp.url, location.encode("latin-1").decode("utf-8"))))
+    except (BlockedURL, ValueError) as exc:
+        detail = exc.message if isinstance(exc, BlockedURL) else "it is not a valid url."
+        raise BlockedURL(f"The page redirected to an unusable url: {detail}") from None
+
+
+def _strips_credentials(old_url: str, new_url: str) -> bool:
+    """Whether a redirect leaves the origin (http to https on default ports does not)."""
+    old, new = urlsplit(old_url), urlsplit(new_url)
+    upgrade = (old.scheme, old.port or 80, new.scheme, new.port or 443) == ("http", 80, "https", 443)
+    ports = {"http": 80, "https": 443}
+    same = (old.scheme, old.port or ports[old.scheme]) == (new.scheme, new.port or ports[new.scheme])
+    return old.hostname != new.hostname or not (upgrade or same)
+
+
+def _read_body(resp: BaseHTTPResponse, deadline: _Deadline, limit: int) -> tuple[bytes, bool]:
     chunks, size = [], 0
     try:
-        for chunk in resp.iter_content(_CHUNK):
+        for chunk in resp.stream(_CHUNK, decode_content=True):
             chunks.append(chunk)
             size += len(chunk)
             if size > limit:
                 return b"".join(chunks)[:limit], True
-    except (requests.RequestException, OSError) as exc:
+    except (HTTPError, OSError) as exc:
         raise _translate(exc, resp.url, deadline) from exc
     if deadline.expired:
         raise _timed_out(resp.url, deadline)
     return b"".join(chunks), False
 
 
-def _discard(resp: requests.Response, deadline: _Deadline) -> None:
-    """Drain a small redirect body so its connection can be reused, then close the response."""
-    try:
-        _read_body(resp, deadline, _CHUNK)
-    except FetchError:
-        pass
-    finally:
-        deadline.attach(None)
-        resp.close()
-
-
-def _check_status(resp: requests.Response) -> None:
-    code = resp.status_code
+def _check_status(resp: BaseHTTPResponse) -> None:
+    code = resp.status
     if 200 <= code < 300 or code == 304:
         return
     text = f"{code} {_PHRASES.get(code, '')}".strip()
@@ -437,7 +465,7 @@ def _translate(exc: BaseException, url: str, deadline: _Deadline) -> FetchError:
         return FetchError(f"Could not connect to {host}.", unreachable=True)
     if any(isinstance(e, (socket.timeout, Urllib3Timeout)) for e in chain):
         return _timed_out(url, deadline)
-    if isinstance(exc, requests.exceptions.SSLError):
+    if any(isinstance(e, SSLError) for e in chain):
         return FetchError(f"The secure connection to {host} failed (certificate or TLS problem).",
                           unreachable=True)
     if isinstance(exc, ValueError):

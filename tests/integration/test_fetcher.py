@@ -163,8 +163,8 @@ def base(server):
 def fetch():
     fetchers = []
 
-    def make(policy=LOOPBACK):
-        fetchers.append(Fetcher(policy))
+    def make(policy=LOOPBACK, **options):
+        fetchers.append(Fetcher(policy, **options))
         return fetchers[-1]
     yield make
     for fetcher in fetchers:
@@ -301,8 +301,7 @@ def test_fetcher_slow_headers_time_out_at_deadline(fetch, base):
 
 def test_fetcher_https_verifies_certificate_by_host_name(fetch, tls_server):
     httpd, cert = tls_server
-    fetcher = fetch()
-    fetcher._session.verify = cert
+    fetcher = fetch(ca_certs=cert)
     response = fetcher.get(f"https://localhost:{httpd.server_address[1]}/page")
     assert response.body == b"hello vigil"
     with pytest.raises(FetchError) as info:
