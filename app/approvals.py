@@ -97,7 +97,8 @@ def _refusal(request: Request, token: str, sent_nonce: str | None, as_json: bool
     if _own_fetcher(request):
         return _refused_fetcher()
     sent_origin = request.headers.get("origin")
-    if sent_origin and sent_origin.lower() not in _our_origins(request):
+    # Under Referrer-Policy: no-referrer a browser's form POST says "Origin: null": no origin, not a foreign one.
+    if sent_origin and sent_origin != "null" and sent_origin.lower() not in _our_origins(request):
         problem = "The request came from another site."
     elif not sent_nonce or not hmac.compare_digest(str(sent_nonce).encode(), nonce(token).encode()):
         problem = "The form has expired; reload the page and choose again."
