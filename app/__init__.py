@@ -41,4 +41,5 @@ def create_app(settings: Settings) -> Litestar:
                         create_static_files_router(path="/static", directories=[STATIC])],
         middleware=[session.middleware],
         template_config=TemplateConfig(instance=JinjaTemplateEngine.from_environment(env)),
+        logging_config=None,  # vigil.logs set logging up already; Litestar's default would reset LOG_LEVEL
     )

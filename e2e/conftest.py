@@ -109,6 +109,7 @@ def vigil_stack(tmp_path_factory):
     token = vigil("token", "create", "--user", email, env=env).strip().splitlines()[-1]
 
     port = free_port()
+    env["PUBLIC_API_BASE_URL"] = f"http://127.0.0.1:{port}"  # trigger links point at this web process
     stack = VigilStack(f"http://127.0.0.1:{port}", token, email, password, env,
                        {name: root / f"{name}.log" for name in ("web", "worker", "scheduler")})
     processes = {}
