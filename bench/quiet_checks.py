@@ -394,11 +394,12 @@ class Sample:
 class EventCounter:
     """Counts the monitor.updated events a worker publishes once it has finished a check."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, database_url: str = DATABASE_URL) -> None:
         self.count = 0
         self.last_at = datetime.now(timezone.utc).replace(tzinfo=None)
         self._pubsub = redis.Redis.from_url(url).pubsub(ignore_subscribe_messages=True)
-        self._pubsub.psubscribe("vigil:events:user:*")
+        namespace = hashlib.sha256(database_url.encode("utf-8")).hexdigest()[:12]  # as vigil.events names it
+        self._pubsub.psubscribe(f"vigil:{namespace}:events:user:*")
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 

@@ -49,6 +49,8 @@ def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded]:
     if outcome.kind != FIRED:
         return outcome, record_check(monitor, monitor.claim_seq, outcome, now, runtime.lifecycle)
     full = load_for_check(monitor.id)
+    if full.claim_seq != monitor.claim_seq or full.status != "active":
+        return outcome, Recorded(False)  # claimed again meanwhile (a long backlog): don't pay a judge for nothing
     if not full.condition:
         return outcome, record_check(full, monitor.claim_seq, outcome, now, runtime.lifecycle)
     step = judge_match(full, outcome, runtime.judge_session(), runtime.judge_policy, now)

@@ -64,7 +64,7 @@ _current: Runtime | None = None
 
 def configure(settings: Settings, bus: LocalBus | RedisBus | None = None) -> Runtime:
     global _current
-    _current = Runtime(settings, bus or make_bus(settings.REDIS_URL))
+    _current = Runtime(settings, bus or make_bus(settings.REDIS_URL, settings.DATABASE_URL))
     return _current
 
 

@@ -6,6 +6,7 @@ Events are small JSON objects; pages turn them into HTML themselves.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import threading
@@ -13,7 +14,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 log = logging.getLogger(__name__)
-_CHANNEL = "vigil:events:user:{}"
+_CHANNEL = "vigil:{}:events:user:{}"
 
 
 class LocalBus:
@@ -51,15 +52,16 @@ class LocalBus:
 class RedisBus:
     """Fan-out across processes and machines through Redis pub/sub."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, namespace: str = "") -> None:
         import redis
 
         self._url = url
+        self._namespace = namespace
         self._client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
 
     def publish(self, user_id: int, name: str, data: dict) -> None:
         try:
-            self._client.publish(_CHANNEL.format(user_id), json.dumps({"name": name, "data": data}))
+            self._client.publish(self._channel(user_id), json.dumps({"name": name, "data": data}))
         except Exception as exc:  # an event lost to a Redis outage must not fail the check that made it
             log.warning("event %s not published: %s", name, exc)
 
@@ -68,10 +70,14 @@ class RedisBus:
         try:
             pipe = self._client.pipeline(transaction=False)
             for user_id, name, data in events:
-                pipe.publish(_CHANNEL.format(user_id), json.dumps({"name": name, "data": data}))
+                pipe.publish(self._channel(user_id), json.dumps({"name": name, "data": data}))
             pipe.execute()
         except Exception as exc:  # as in publish(): an outage loses events, never checks
             log.warning("%d events not published: %s", len(events), exc)
+
+    def _channel(self, user_id: int) -> str:
+        """Pub/sub ignores Redis db numbers, so each Vigil (one database) gets channels of its own."""
+        return _CHANNEL.format(self._namespace, user_id)
 
     @asynccontextmanager
     async def subscribe(self, user_id: int) -> AsyncIterator[asyncio.Queue]:
@@ -79,7 +85,7 @@ class RedisBus:
 
         client = aioredis.Redis.from_url(self._url)
         pubsub = client.pubsub(ignore_subscribe_messages=True)
-        await pubsub.subscribe(_CHANNEL.format(user_id))
+        await pubsub.subscribe(self._channel(user_id))
         queue: asyncio.Queue = asyncio.Queue(maxsize=1000)
         reader = asyncio.create_task(_pump(pubsub, queue))
         try:
@@ -99,5 +105,8 @@ async def _pump(pubsub, queue: asyncio.Queue) -> None:
             continue
 
 
-def make_bus(redis_url: str):
-    return RedisBus(redis_url) if redis_url else LocalBus()
+def make_bus(redis_url: str, database_url: str = ""):
+    """Redis pub/sub when there is Redis, named after the database this Vigil uses; else in-process."""
+    if not redis_url:
+        return LocalBus()
+    return RedisBus(redis_url, hashlib.sha256(database_url.encode("utf-8")).hexdigest()[:12])
