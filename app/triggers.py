@@ -72,10 +72,10 @@ def _deliver(token: str, headers: dict, body: bytes) -> Response:
         text = _text(body)
         if text is None:
             return _answer(400, {"detail": "The body must be UTF-8 text without NUL characters."})
-        delivery = store_delivery(link, delivery_id(link.signature, headers), text, headers.get("content-type", ""),
-                                  utcnow(), settings.TRIGGER_DEDUPE_WINDOW_SECONDS)
-    if delivery is not None:
-        _enqueue(delivery.id)
+        stored = store_delivery(link, delivery_id(link.signature, headers), text, headers.get("content-type", ""),
+                                utcnow(), settings.TRIGGER_DEDUPE_WINDOW_SECONDS)
+    if stored is not None:
+        _enqueue(stored)
     return _answer(202, {"accepted": True})
 
 

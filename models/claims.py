@@ -89,13 +89,13 @@ def load_claimed(claims: list[tuple[str, int]]) -> list[Claimed]:
     found = []
     for row in database.execute_sql(sql, list(wanted)).fetchall():
         if row[1] == wanted[row[0]]:
-            times = [_as_time(value) for value in (row[13], row[15], row[16], row[17])]
+            times = [as_time(value) for value in (row[13], row[15], row[16], row[17])]
             found.append(Claimed(*row[:5], json.loads(row[5]), json.loads(row[6]), *row[7:13], times[0],
                                  max(row[14], 0), *times[1:]))
     return found
 
 
-def _as_time(value) -> datetime | None:
+def as_time(value) -> datetime | None:
     """SQLite hands timestamps back as text, PostgreSQL as datetimes."""
     return value if value is None or isinstance(value, datetime) else datetime.fromisoformat(value)
 

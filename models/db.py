@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
 import peewee
-from playhouse.db_url import connect
+from playhouse.db_url import connect, parse
+from playhouse.pool import PooledPostgresqlDatabase
 
 #: The one database handle every model uses; `bind(url)` points it at a real database.
 database = peewee.DatabaseProxy()
@@ -23,18 +25,39 @@ def bind(url: str) -> peewee.Database:
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         db = connect(url, pragmas=_SQLITE_PRAGMAS, autoconnect=False, check_same_thread=False)
     else:
-        db = connect(_pooled(url), autoconnect=False, max_connections=32,
-                     stale_timeout=300, timeout=10)
+        db = PooledPostgres(**parse(_plain_postgres(url)), autoconnect=False, max_connections=32,
+                            stale_timeout=300, timeout=10)
     database.initialize(db)
     return db
 
 
-def _pooled(url: str) -> str:
-    """Connections are opened around each unit of work, so PostgreSQL ones come from a pool."""
-    for scheme in ("postgresql://", "postgres://"):
-        if url.startswith(scheme):
-            return "postgresql+pool://" + url[len(scheme):]
-    return url
+class PooledPostgres(PooledPostgresqlDatabase):
+    """Connections are opened around each unit of work, so they come from a pool. The pool's health
+    check is a round trip per checkout; a connection back from work moments ago skips it."""
+
+    #: a connection idle longer than this is pinged before it is handed out again
+    PING_AFTER_IDLE_SECONDS = 5.0
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._checked_in: dict[int, float] = {}
+
+    def _close(self, conn, close_conn=False):
+        self._checked_in[id(conn)] = time.monotonic()
+        super()._close(conn, close_conn)
+
+    def _close_raw(self, conn):
+        self._checked_in.pop(id(conn), None)
+        super()._close_raw(conn)
+
+    def _is_closed(self, conn):
+        if time.monotonic() - self._checked_in.get(id(conn), 0.0) < self.PING_AFTER_IDLE_SECONDS:
+            return bool(conn.closed)
+        return super()._is_closed(conn)
+
+
+def _plain_postgres(url: str) -> str:
+    return "postgresql://" + url[len("postgres://"):] if url.startswith("postgres://") else url
 
 
 @contextmanager

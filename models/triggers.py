@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+
+import peewee
 
 from engine.crypto import Keyring
 from engine.tokens import new_token, token_digest
+from models.claims import as_time
 from models.db import database, utcnow
 from models.tables import AuditEvent, Delivery, Monitor, TriggerLink
 
@@ -24,20 +28,45 @@ def create_link(monitor: Monitor, signature: str, secret: str, max_hits: int, ke
     return token
 
 
-def live_link(token: str, now: datetime) -> TriggerLink | None:
-    """The link if it is known, unexpired, unrevoked, not used up and its monitor is live; else None."""
+@dataclass(frozen=True)
+class LiveLink:
+    """What answering a delivery needs of its link."""
+    id: int
+    signature: str
+    secret_encrypted: str
+
+
+_LIVE_LINK_SQL = (
+    "SELECT l.id, l.signature, l.secret_encrypted, l.max_hits, l.hits, l.expires_at, l.revoked_at, m.status "
+    "FROM trigger_links l JOIN monitors m ON m.id = l.monitor_id WHERE l.token_digest = {p}")
+
+
+def live_link(token: str, now: datetime) -> LiveLink | None:
+    """The link if it is known, unexpired, unrevoked, not used up and its monitor is live; else None.
+
+    Read with one fixed query: this runs on every delivery, before anything else.
+    """
     if not token.startswith(TOKEN_PREFIX) or len(token) > 100:
         return None
-    link = (TriggerLink.select(TriggerLink, Monitor).join(Monitor)
-            .where(TriggerLink.token_digest == token_digest(token)).first())
-    if link is None or link.revoked_at is not None or link.expires_at <= now or link.hits >= link.max_hits:
+    row = database.execute_sql(_LIVE_LINK_SQL.format(p=database.param), (token_digest(token),)).fetchone()
+    if row is None:
         return None
-    return link if link.monitor.status in LIVE else None
+    link_id, signature, secret, max_hits, hits, expires_at, revoked_at, status = row
+    if revoked_at is not None or as_time(expires_at) <= now or hits >= max_hits or status not in LIVE:
+        return None
+    return LiveLink(link_id, signature, secret)
 
 
-def store_delivery(link: TriggerLink, sender_id: str | None, body: str, content_type: str, now: datetime,
-                   window_seconds: int) -> Delivery | None:
-    """Store a delivery once per sender id, or once per body within the window; None for a repeat."""
+_STORE_PG = (
+    "WITH d AS (INSERT INTO deliveries (link_id, dedupe_key, body, content_type, received_at, outcome) "
+    "VALUES (%s, %s, %s, %s, %s, '') ON CONFLICT (link_id, dedupe_key) DO NOTHING RETURNING id), "
+    "u AS (UPDATE trigger_links SET hits = hits + 1 WHERE id = %s AND EXISTS (SELECT 1 FROM d)) "
+    "SELECT id FROM d")
+
+
+def store_delivery(link: LiveLink, sender_id: str | None, body: str, content_type: str, now: datetime,
+                   window_seconds: int) -> int | None:
+    """Store a delivery once per sender id, or once per body within the window; its id, or None for a repeat."""
     digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
     if sender_id:
         key = f"id:{sender_id}"
@@ -46,13 +75,16 @@ def store_delivery(link: TriggerLink, sender_id: str | None, body: str, content_
         if _seen_recently(link.id, f"body:{digest}:{bucket - 1}", now, window_seconds):
             return None
         key = f"body:{digest}:{bucket}"
+    if isinstance(database.obj, peewee.PostgresqlDatabase):  # one round trip: insert and count the hit
+        row = database.execute_sql(_STORE_PG, (link.id, key, body, content_type[:200], now, link.id)).fetchone()
+        return row[0] if row else None
     with database.atomic():
         inserted = (Delivery.insert(link=link.id, dedupe_key=key, body=body, content_type=content_type[:200],
                                     received_at=now).on_conflict_ignore().as_rowcount().execute())
         if inserted != 1:
             return None
         TriggerLink.update(hits=TriggerLink.hits + 1).where(TriggerLink.id == link.id).execute()
-    return Delivery.get((Delivery.link == link.id) & (Delivery.dedupe_key == key))
+    return Delivery.get((Delivery.link == link.id) & (Delivery.dedupe_key == key)).id
 
 
 def _seen_recently(link_id: int, key: str, now: datetime, window_seconds: int) -> bool:

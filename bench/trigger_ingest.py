@@ -1,0 +1,857 @@
+#!/usr/bin/env python
+"""Trigger-ingest benchmark: what POST /api/triggers/{token} sustains next to a bare INSERT, and how fast
+a delivery becomes a wake on the owner's event stream.
+
+    .venv/bin/python bench/trigger_ingest.py [--deliveries 2000] [--concurrency 16] [--profile]
+
+Vigil runs in production mode: `vigil web` (uvicorn, 1 process), `python -m dramatiq tasks.main --processes 1
+--threads 4` and `vigil scheduler`, on PostgreSQL (database vigil_bench_triggers, created if missing, schema
+recreated) and Redis (db 10, flushed). 20 unsigned webhook monitors are created through the tool endpoint.
+The baseline is a bare Litestar app in this file (`--serve-baseline`, its own uvicorn process, 1 process):
+one POST route that does one INSERT of the body through a peewee pool in a worker thread, and answers 202.
+
+Everything is reported as ratios and latencies measured in this same run; nothing asserts on time.
+See bench/README.md for how to read the output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.client
+import itertools
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from unittest import mock
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import psycopg2  # noqa: E402
+import redis  # noqa: E402
+import requests  # noqa: E402
+
+from bench import quiet_checks  # noqa: E402
+from bench.quiet_checks import (  # noqa: E402
+    PG, PYTHON, RESULTS, VIGIL, BenchError, Processes, _interrupt, _stat, free_port, machine, tree_cpu,
+    versions, wait_listening,
+)
+from tests.processes import vigil as vigil_command  # noqa: E402
+
+DB_NAME = "vigil_bench_triggers"
+DATABASE_URL = f"postgresql://vigil:vigil@127.0.0.1:5432/{DB_NAME}"
+REDIS_URL = "redis://127.0.0.1:6379/10"
+MONITORS = 20
+EMAIL = "trigger-bench@example.com"
+CONVERSATION = "trigger-bench-"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+#: process (and log file) names: another benchmark may be running at the same moment with its own
+WEB, WORKER, SCHEDULER, BASELINE = "triggers-web", "triggers-worker", "triggers-scheduler", "triggers-baseline"
+BASELINE_TABLE = "bench_baseline_deliveries"
+PROFILE_RATE = 100  # py-spy samples per second
+
+
+def vigil_env(port: int) -> dict:
+    return {
+        "DATABASE_URL": DATABASE_URL, "REDIS_URL": REDIS_URL, "PUBLIC_API_BASE_URL": f"http://127.0.0.1:{port}",
+        "LOG_LEVEL": "WARNING",
+        # no link, wake or hit limit may refuse or pause anything during the run
+        "TRIGGER_RATE_PER_MINUTE": "10000000", "MONITOR_MAX_WAKES": "100000",
+        "MONITOR_MAX_WAKES_PER_HOUR": "1000000", "TRIGGER_MAX_HITS": "1000000",
+        "SECRET_KEY": quiet_checks.VIGIL_ENV["SECRET_KEY"], "VIGIL_DATA_DIR": quiet_checks.VIGIL_ENV["VIGIL_DATA_DIR"],
+    }
+
+
+# ----------------------------------------------------------------------------------------------
+# the baseline server: `trigger_ingest.py --serve-baseline --port P` (its own process)
+
+
+def serve_baseline(port: int) -> int:
+    """A bare Litestar app: POST /api/triggers/{token} does one INSERT of the body and answers 202."""
+    import uvicorn
+    from litestar import Litestar, Request, Response, get, post
+    from litestar.concurrency import sync_to_thread
+    from playhouse.pool import PooledPostgresqlDatabase
+
+    # the pool Vigil's models.db.bind() builds: max 32 connections, opened and closed around each unit of work
+    db = PooledPostgresqlDatabase(DB_NAME, host=PG["host"], port=PG["port"], user=PG["user"],
+                                  password=PG["password"], max_connections=32, stale_timeout=300, timeout=10,
+                                  autoconnect=False)
+    sql = f"INSERT INTO {BASELINE_TABLE} (token, body, received_at) VALUES (%s, %s, %s)"
+
+    def insert(token: str, body: bytes) -> None:
+        db.connect(reuse_if_open=True)
+        try:
+            db.execute_sql(sql, (token, body.decode("utf-8"), datetime.now(timezone.utc).replace(tzinfo=None)))
+        finally:
+            db.close()
+
+    @post("/api/triggers/{token:str}")
+    async def deliver(request: Request, token: str) -> Response:
+        body = await request.body()
+        await sync_to_thread(insert, token, body)
+        return Response({"accepted": True}, status_code=202)
+
+    @get("/healthz", sync_to_thread=False)
+    def healthz() -> dict:
+        return {"ok": True}
+
+    app = Litestar(route_handlers=[deliver, healthz], signature_namespace={"Request": Request, "Response": Response})
+    config = uvicorn.Config(app, host="127.0.0.1", port=port,
+                            timeout_graceful_shutdown=2, log_level="warning", proxy_headers=False)
+    uvicorn.Server(config).run()
+    return 0
+
+
+# ----------------------------------------------------------------------------------------------
+# database
+
+
+class Db:
+    """The bench's own autocommit connection to vigil_bench_triggers."""
+
+    def __init__(self) -> None:
+        self.conn = psycopg2.connect(dbname=DB_NAME, application_name="trigger-bench", **PG)
+        self.conn.autocommit = True
+        self.pid = self.query("SELECT pg_backend_pid()")[0][0]
+
+    def query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self.conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchall() if cur.description else [(cur.rowcount,)]
+
+    def scalar(self, sql: str, args: tuple = ()):
+        return self.query(sql, args)[0][0]
+
+    def backend_cpu(self) -> dict[int, int]:
+        """CPU ticks of every PostgreSQL backend serving this database (but the bench's own): another
+        benchmark may be using other databases of the same server at the same moment."""
+        ticks = {}
+        for (pid,) in self.query("SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> %s",
+                                 (DB_NAME, self.pid)):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                ticks[pid] = _stat(pid)[1]
+        return ticks
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def pg_cpu_since(db: Db, before: dict[int, int]) -> float:
+    after = db.backend_cpu()
+    return sum(ticks - before.get(pid, 0) for pid, ticks in after.items()) / CLOCK_TICKS
+
+
+def fresh_database() -> None:
+    """vigil_bench_triggers, created if missing, with an empty public schema (quiet_checks' helpers, pointed
+    at this bench's own database so a judge_calls/quiet_checks run at the same moment is left alone)."""
+    with mock.patch.object(quiet_checks, "DB_NAME", DB_NAME):
+        quiet_checks.ensure_database()
+        quiet_checks.reset_schema()
+
+
+# ----------------------------------------------------------------------------------------------
+# load
+
+
+@dataclass
+class Load:
+    name: str
+    sent: int = 0
+    accepted: int = 0
+    wall: float = 0.0
+    latencies: list[float] = field(default_factory=list)
+    errors: Counter = field(default_factory=Counter)
+    server_cpu: float = 0.0   # the web process (Vigil) or the baseline server
+    pg_cpu: float = 0.0       # PostgreSQL backends of this database
+    client_cpu: float = 0.0   # this process
+    worker_cpu: float = 0.0   # Vigil's worker tree (0 while it is paused)
+
+    @property
+    def rate(self) -> float:
+        return self.accepted / self.wall if self.wall else 0.0
+
+    def ms(self, seconds: float) -> float:
+        return 1000 * seconds / self.accepted if self.accepted else float("nan")
+
+    def add(self, other: "Load") -> None:
+        for name in ("sent", "accepted", "wall", "server_cpu", "pg_cpu", "client_cpu", "worker_cpu"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.latencies += other.latencies
+        self.errors += other.errors
+
+
+def body_for(run: str, tag: str, i: int) -> bytes:
+    """A distinct, realistic small webhook body (~400 bytes), with a marker the wake text will carry."""
+    return json.dumps({
+        "event": "deployment_status", "marker": f"tib-{run}-{tag}{i}", "seq": i,
+        "sent_at": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+        "deployment": {"id": 100000 + i, "environment": "production", "ref": "main",
+                       "sha": uuid.uuid5(uuid.NAMESPACE_OID, f"{run}{tag}{i}").hex + "0" * 8,
+                       "creator": {"login": "release-bot", "type": "Bot"}},
+        "deployment_status": {"state": "success", "description": "Deployment finished",
+                              "log_url": f"https://ci.example.com/runs/{i}"},
+        "repository": {"full_name": "example/service"},
+    }).encode("utf-8")
+
+
+def post_load(name: str, urls: list[str], bodies: list[bytes], keys: list[str], concurrency: int,
+              server_pid: int, db: Db, worker_pid: int | None = None) -> Load:
+    """POST every body once, from `concurrency` threads with a keep-alive requests.Session each."""
+    result = Load(name, sent=len(bodies))
+    health = urls[0].split("/api/")[0] + "/healthz"
+    counter = itertools.count()
+    ready = threading.Barrier(concurrency + 1)
+    lock = threading.Lock()
+    latencies: list[float] = []
+    errors: Counter = Counter()
+
+    def run() -> None:
+        session = requests.Session()
+        session.trust_env = False
+        mine, bad = [], Counter()
+        try:
+            session.get(health, timeout=10)  # the keep-alive connection is open before the clock starts
+            ready.wait()
+            while (i := next(counter)) < len(bodies):
+                headers = {"Content-Type": "application/json", "Idempotency-Key": keys[i]}
+                start = time.perf_counter()
+                try:
+                    response = session.post(urls[i % len(urls)], data=bodies[i], headers=headers, timeout=30)
+                except requests.RequestException as exc:
+                    bad[type(exc).__name__] += 1
+                    continue
+                elapsed = time.perf_counter() - start
+                if response.status_code == 202:
+                    mine.append(elapsed)
+                else:
+                    bad[f"HTTP {response.status_code}"] += 1
+        except threading.BrokenBarrierError:
+            pass
+        finally:
+            session.close()
+            with lock:
+                latencies.extend(mine)
+                errors.update(bad)
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    ready.wait()
+    server0, pg0, client0 = tree_cpu(server_pid), db.backend_cpu(), time.process_time()
+    worker0 = tree_cpu(worker_pid) if worker_pid else 0.0
+    wall0 = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    result.wall = time.perf_counter() - wall0
+    result.client_cpu = time.process_time() - client0
+    result.server_cpu = tree_cpu(server_pid) - server0
+    result.pg_cpu = pg_cpu_since(db, pg0)
+    result.worker_cpu = tree_cpu(worker_pid) - worker0 if worker_pid else 0.0
+    result.latencies, result.errors, result.accepted = latencies, errors, len(latencies)
+    return result
+
+
+def bodies_and_keys(run: str, tag: str, n: int) -> tuple[list[bytes], list[str]]:
+    return [body_for(run, tag, i) for i in range(n)], [f"{run}-{tag}-{i}" for i in range(n)]
+
+
+# ----------------------------------------------------------------------------------------------
+# the owner's event stream
+
+
+class EventStream:
+    """GET /api/events with the runtime token, read in a thread; notes when each marked wake arrives."""
+
+    def __init__(self, port: int, token: str, monitor_ids: set[str], marker: re.Pattern) -> None:
+        self.monitor_ids, self.marker = monitor_ids, marker
+        self.seen: dict[str, float] = {}
+        self.duplicates = 0
+        self.foreign = Counter()   # events about monitors that are not this bench's (see the report)
+        self.names = Counter()
+        self.connected = threading.Event()
+        self.error: str | None = None
+        self._conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        self._conn.request("GET", "/api/events", headers={"Authorization": f"Bearer {token}",
+                                                          "Accept": "text/event-stream"})
+        self._response = self._conn.getresponse()
+        if self._response.status != 200:
+            raise BenchError(f"GET /api/events answered {self._response.status}: {self._response.read()[:500]!r}")
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        event, data = "message", []
+        try:
+            while True:
+                line = self._response.readline()
+                if not line:
+                    return
+                line = line.decode("utf-8").rstrip("\r\n")
+                if line.startswith(":"):
+                    if "connected" in line:
+                        self.connected.set()
+                elif line.startswith("event:"):
+                    event = line[6:].strip()
+                elif line.startswith("data:"):
+                    data.append(line[5:].lstrip(" "))
+                elif not line:
+                    if data:
+                        self._dispatch(event, "\n".join(data), time.time())
+                    event, data = "message", []
+        except Exception as exc:  # noqa: BLE001 — closing the socket from close() lands here too
+            if not self._closing:
+                self.error = f"{type(exc).__name__}: {exc}"
+
+    _closing = False
+
+    def _dispatch(self, event: str, raw: str, at: float) -> None:
+        self.names[event] += 1
+        data = json.loads(raw)
+        if event == "monitor.updated" and data.get("monitor_id") not in self.monitor_ids:
+            self.foreign[event] += 1
+        elif event == "conversation.updated" and not str(data.get("conversation_id")).startswith(CONVERSATION):
+            self.foreign[event] += 1
+        if event != "message.created":
+            return
+        ref = ((data.get("metadata") or {}).get("wake") or {}).get("ref_id")
+        if ref not in self.monitor_ids:
+            self.foreign[event] += 1
+            return
+        found = self.marker.search(data.get("content", ""))
+        if found is None:
+            return
+        if found.group(0) in self.seen:
+            self.duplicates += 1
+        else:
+            self.seen[found.group(0)] = at
+
+    def close(self) -> None:
+        self._closing = True
+        with contextlib.suppress(Exception):
+            self._conn.sock.shutdown(2)
+        with contextlib.suppress(Exception):
+            self._conn.close()
+        self._thread.join(5)
+
+
+@dataclass
+class Paced:
+    name: str
+    sent: dict[str, tuple[float, float]] = field(default_factory=dict)  # marker → (POST sent, 202 received)
+    errors: Counter = field(default_factory=Counter)
+    stored: dict[str, float] = field(default_factory=dict)               # marker → messages.created_at (epoch)
+    streamed: dict[str, float] = field(default_factory=dict)             # marker → SSE event received
+    rate: float = 0.0
+
+
+def paced(name: str, run: str, tag: str, urls: list[str], count: int, interval: float) -> Paced:
+    """One delivery every `interval` seconds, one at a time, from one keep-alive session."""
+    out = Paced(name, rate=1 / interval)
+    session = requests.Session()
+    session.trust_env = False
+    session.get(urls[0].split("/api/")[0] + "/healthz", timeout=10)
+    bodies, keys = bodies_and_keys(run, tag, count)
+    start = time.monotonic()
+    for i in range(count):
+        with contextlib.suppress(ValueError):
+            time.sleep(start + i * interval - time.monotonic())
+        headers = {"Content-Type": "application/json", "Idempotency-Key": keys[i]}
+        sent = time.time()
+        try:
+            response = session.post(urls[i % len(urls)], data=bodies[i], headers=headers, timeout=30)
+        except requests.RequestException as exc:
+            out.errors[type(exc).__name__] += 1
+            continue
+        if response.status_code == 202:
+            out.sent[f"tib-{run}-{tag}{i}"] = (sent, time.time())
+        else:
+            out.errors[f"HTTP {response.status_code}"] += 1
+    session.close()
+    return out
+
+
+def collect(out: Paced, run: str, tag: str, stream: EventStream, db: Db, procs: Processes,
+            timeout: float = 30) -> None:
+    """Wait until every accepted delivery of `out` is a stored wake and an event on the stream."""
+    pattern = re.compile(rf"tib-{run}-{tag}\d+")
+    deadline = time.monotonic() + timeout
+    while True:
+        rows = db.query("SELECT content, created_at FROM messages WHERE role = 'wake' AND content LIKE %s",
+                        (f"%tib-{run}-{tag}%",))
+        for content, created_at in rows:
+            found = pattern.search(content)
+            if found:
+                out.stored[found.group(0)] = created_at.replace(tzinfo=timezone.utc).timestamp()
+        streamed = {m: t for m, t in stream.seen.items() if m in out.sent}
+        if len(out.stored) >= len(out.sent) and len(streamed) >= len(out.sent):
+            break
+        if time.monotonic() > deadline:
+            print(f"  WARNING: after {timeout:.0f}s only {len(out.stored)} wakes stored and {len(streamed)} "
+                  f"events streamed of {len(out.sent)} deliveries ({out.name})", flush=True)
+            break
+        procs.check_alive()
+        time.sleep(0.2)
+    out.streamed = streamed
+
+
+# ----------------------------------------------------------------------------------------------
+# Vigil set-up and control
+
+
+def create_monitors(base: str, token: str) -> dict[str, str]:
+    """MONITORS unsigned webhook monitors through the tool endpoint, one conversation each: {monitor id: url}."""
+    links = {}
+    session = requests.Session()
+    session.trust_env = False
+    for i in range(MONITORS):
+        response = session.post(f"{base}/api/tool/monitor", headers={"Authorization": f"Bearer {token}"}, json={
+            "action": "monitor_create",
+            "context": {"conversation_id": f"{CONVERSATION}{i}", "channel": "chat", "agent_id": "bench"},
+            "arguments": {"description": f"deploy {i} finishes", "source": {"type": "webhook", "signature": "none",
+                                                                            "max_hits": 1_000_000},
+                          "max_wakes": 100_000, "on_match": "Tell the user."}}, timeout=30)
+        body = response.json()
+        if response.status_code != 200 or not body.get("ok"):
+            raise BenchError(f"monitor_create failed: {response.status_code} {body}")
+        result = body["result"]
+        if result["max_hits"] != 1_000_000 or result["wakes_left"] < 100_000 \
+                or any("capped" in note for note in result["notes"]):
+            raise BenchError(f"a limit was capped: {result}")
+        links[result["monitor_id"]] = result["url"]
+    session.close()
+    return links
+
+
+def signal_group(proc: subprocess.Popen, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+
+
+def unprocessed(db: Db) -> int:
+    return db.scalar("SELECT count(*) FROM deliveries WHERE processed_at IS NULL")
+
+
+def wait_processed(db: Db, procs: Processes, timeout: float) -> None:
+    """Until no stored delivery is left unprocessed."""
+    start = time.perf_counter()
+    while True:
+        left = unprocessed(db)
+        if left == 0:
+            return
+        if time.perf_counter() - start > timeout:
+            raise BenchError(f"{left} deliveries still unprocessed after {timeout:.0f}s;\n"
+                             f"worker log:\n{procs.tail(WORKER)}")
+        procs.check_alive()
+        time.sleep(0.05)
+
+
+class Profiler:
+    """py-spy (when it is installed in the venv) on one process tree, two samplers at once, raw collapsed stacks:
+    "wall" samples every thread that is not idle (a thread waiting on a PostgreSQL or Redis reply counts), "gil"
+    only the thread holding the GIL, i.e. where the process spends its Python CPU."""
+
+    def __init__(self, name: str, pid: int, procs: Processes) -> None:
+        spy = Path(PYTHON).with_name("py-spy")
+        if not spy.exists():
+            raise BenchError(f"--profile needs py-spy: {PYTHON} -m pip install py-spy")
+        self.name, self.outs, self.procs = name, {}, procs
+        for mode, extra in (("wall", []), ("gil", ["--gil"])):
+            out = self.outs[mode] = RESULTS / f"trigger_ingest_{name}_{mode}.pyspy.txt"
+            out.unlink(missing_ok=True)
+            procs.start(f"py-spy-{name}-{mode}", [str(spy), "record", "-p", str(pid), "--subprocesses",
+                                                  "-r", str(PROFILE_RATE), "-f", "raw", "-o", str(out),
+                                                  "--nonblocking", *extra])
+        time.sleep(1.5)  # attached
+
+    def stop(self) -> str:
+        for mode in self.outs:
+            for name, proc in self.procs.started:
+                if name == f"py-spy-{self.name}-{mode}":
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        proc.wait(20)
+            self.procs.stop(f"py-spy-{self.name}-{mode}")
+        return "\n\n".join(f"### {mode}: " + ("all non-idle threads (CPU and waiting on replies)" if mode == "wall"
+                                                else "the GIL holder only (Python CPU)") + "\n\n"
+                            + (summarize_profile(out) if out.exists() else "(no py-spy output)")
+                            for mode, out in self.outs.items())
+
+
+#: where a sample is spent, decided by its innermost frame that matches one of these (first bucket wins)
+BUCKETS = [
+    ("PostgreSQL round trips (psycopg2 execute, BEGIN/COMMIT, pool ping)",
+     ("_execute_cursor (peewee", "begin (peewee", "commit (peewee", "rollback (peewee", "is_connection_closed (peewee",
+      "_connect (peewee", "close (peewee", "psycopg2")),
+    ("Redis round trips (redis-py socket I/O)", ("redis/connection.py", "redis/_parsers")),
+    ("redis-py / limits / dramatiq client-side code", ("redis/", "limits/", "dramatiq/")),
+    ("peewee query building and row mapping", ("peewee.py", "playhouse/")),
+    ("uvicorn / h11 HTTP", ("uvicorn/", "h11/")),
+    ("litestar request/response handling", ("litestar/", "msgspec")),
+    ("Vigil code itself", ("app/", "models/", "engine/", "tasks/", "vigil/")),
+    ("event loop, thread pool hand-off, waits (asyncio, anyio, concurrent.futures, threading)",
+     ("asyncio/", "anyio/", "concurrent/", "threading.py", "selectors.py", "queue.py")),
+]
+
+
+def _bucket(frames: list[str]) -> str:
+    for frame in reversed(frames):
+        location = frame[frame.rfind("(") + 1:]
+        for label, needles in BUCKETS:
+            if any(needle in frame if "(" in needle else needle in location for needle in needles):
+                return label
+    return "other"
+
+
+def summarize_profile(path: Path, top: int = 20) -> str:
+    """Collapsed stacks → where the samples go: buckets by innermost matching frame, then top functions."""
+    inclusive, own, buckets = Counter(), Counter(), Counter()
+    total = 0
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        n = int(count)
+        frames = [f for f in stack.split(";") if not f.startswith("process ")]
+        total += n
+        for frame in set(frames):
+            inclusive[frame] += n
+        if frames:
+            own[frames[-1]] += n
+        buckets[_bucket(frames)] += n
+    if not total:
+        return "(empty profile)"
+    lines = [f"{total} samples at {PROFILE_RATE}/s", "", "| where (innermost matching frame) | % of samples |",
+             "|---|---:|"]
+    lines += [f"| {label} | {100 * n / total:.1f} |" for label, n in buckets.most_common()]
+    lines += ["", f"Top {top} functions, inclusive:", ""]
+    lines += [f"    {100 * n / total:5.1f}%  {frame}" for frame, n in inclusive.most_common(top)
+              if "threading.py" not in frame and "concurrent/futures" not in frame]
+    lines += ["", f"Top {top} functions, own time:", ""]
+    lines += [f"    {100 * n / total:5.1f}%  {frame}" for frame, n in own.most_common(top)]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------------
+# report
+
+
+def pct(values: list[float], p: float) -> float:
+    """Nearest-rank percentile, in ms."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return 1000 * ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def fmt(value: float, digits: int = 1) -> str:
+    return "n/a" if value != value else f"{value:,.{digits}f}"
+
+
+def load_row(label: str, m: Load) -> str:
+    return (f"| {label} | {m.accepted:,} | {fmt(m.wall, 2)} | {fmt(m.rate)} | {fmt(pct(m.latencies, 50))} | "
+            f"{fmt(pct(m.latencies, 99))} | {fmt(m.ms(m.server_cpu), 2)} | {fmt(m.ms(m.worker_cpu), 2)} | "
+            f"{fmt(m.ms(m.pg_cpu), 2)} | {fmt(m.ms(m.client_cpu), 2)} |")
+
+
+def latency_rows(p: Paced) -> list[str]:
+    both = [m for m in p.sent if m in p.stored and m in p.streamed]
+    rtt = [p.sent[m][1] - p.sent[m][0] for m in p.sent]
+    stored = [p.stored[m] - p.sent[m][1] for m in both]
+    stored_from_post = [p.stored[m] - p.sent[m][0] for m in both]
+    streamed = [p.streamed[m] - p.sent[m][1] for m in both]
+    streamed_from_post = [p.streamed[m] - p.sent[m][0] for m in both]
+    rows = []
+    for label, values in (("POST sent → 202 received", rtt), ("202 received → wake stored (messages.created_at)", stored),
+                          ("202 received → `message.created` on /api/events", streamed),
+                          ("POST sent → wake stored", stored_from_post),
+                          ("POST sent → `message.created` on /api/events", streamed_from_post)):
+        rows.append(f"| {p.name} | {label} | {len(values)} | {fmt(pct(values, 50))} | {fmt(pct(values, 90))} | "
+                    f"{fmt(pct(values, 99))} | {fmt(1000 * max(values) if values else float('nan'))} |")
+    return rows
+
+
+def report(args, header: list[str], vers: str, base: Load, ingest: Load, live: Load, drain: tuple[int, float, float],
+           steady: Paced, sparse: Paced | None, checks: list[str], stream: EventStream) -> str:
+    goal_ratio = ingest.rate / base.rate if base.rate else float("nan")
+    steady_p99 = pct([steady.streamed[m] - steady.sent[m][1] for m in steady.sent
+                      if m in steady.streamed], 99)
+    drained, drain_wall, drain_cpu = drain
+    worker_note = (f" (worker with dramatiq_worker_timeout={args.worker_timeout} ms)" if args.worker_timeout
+                   else "")
+    lines = ["# Vigil trigger ingest vs. a bare INSERT", "", *header, f"- {vers}",
+             f"- Vigil: `vigil web` (uvicorn, 1 process), `python -m dramatiq tasks.main --processes 1 --threads 4`, "
+             f"`vigil scheduler`{worker_note}; PostgreSQL database {DB_NAME}, Redis db 10; {MONITORS} unsigned webhook monitors "
+             "(no check: every delivery wakes), one conversation each",
+             "- Baseline: bare Litestar app (same uvicorn settings, 1 process): `await request.body()`, one INSERT "
+             "through a peewee pool in a worker thread (`sync_to_thread`, like Vigil's handler), 202",
+             f"- Load: {args.concurrency} client threads, one keep-alive `requests.Session` each, distinct JSON bodies "
+             "(~400 B) with a unique `Idempotency-Key`; rounds in the order baseline, Vigil, Vigil, baseline "
+             f"({args.deliveries // 2:,} deliveries each), then Vigil with its worker running", "",
+             "| run | 202s | wall s | deliveries/s | p50 ms | p99 ms | server CPU-ms/delivery | worker CPU-ms/delivery "
+             "| PostgreSQL CPU-ms/delivery | client CPU-ms/request |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+             load_row("Baseline: bare Litestar + 1 INSERT", base),
+             load_row("Vigil web, worker paused (ingest only)", ingest),
+             load_row("Vigil web, worker running (production)", live),
+             f"| Vigil worker draining the paused backlog (4 threads) | {drained:,} | {fmt(drain_wall, 2)} | "
+             f"{fmt(drained / drain_wall if drain_wall else float('nan'))} | — | — | — | "
+             f"{fmt(1000 * drain_cpu / drained if drained else float('nan'), 2)} | — | — |", "",
+             "| ratio (same run) | measured | goal | met |", "|---|---:|---:|:---:|",
+             f"| Vigil ingest throughput ÷ baseline throughput (worker paused) | {fmt(goal_ratio, 3)} | ≥ 0.7 | "
+             f"{'yes' if goal_ratio >= 0.7 else 'NO'} |",
+             f"| Vigil throughput with its worker running ÷ baseline throughput | {fmt(live.rate / base.rate, 3)} | — | — |",
+             f"| Vigil web CPU per delivery ÷ baseline server CPU per delivery | "
+             f"{fmt(ingest.ms(ingest.server_cpu) / base.ms(base.server_cpu), 2)} | — | — |",
+             f"| Vigil PostgreSQL CPU per delivery ÷ baseline's | "
+             f"{fmt(ingest.ms(ingest.pg_cpu) / base.ms(base.pg_cpu), 2)} | — | — |",
+             f"| Vigil p50 latency ÷ baseline p50 (worker paused) | "
+             f"{fmt(pct(ingest.latencies, 50) / pct(base.latencies, 50), 2)} | — | — |",
+             f"| worker drain rate ÷ ingest rate (can the worker keep up?) | "
+             f"{fmt((drained / drain_wall) / ingest.rate if drain_wall and ingest.rate else float('nan'), 3)} | — | — |",
+             f"| `message.created` p99, 202 → event, at {steady.rate:g}/s | {fmt(steady_p99)} ms | ≤ 250 ms | "
+             f"{'yes' if steady_p99 <= 250 else 'NO'} |", "",
+             "Wake latency (one delivery at a time, worker and scheduler running, SSE client connected; "
+             "the worker stamps messages.created_at just before its transaction commits):", "",
+             "| phase | interval | n | p50 ms | p90 ms | p99 ms | max ms |", "|---|---|---:|---:|---:|---:|---:|",
+             *latency_rows(steady), *(latency_rows(sparse) if sparse else []), "",
+             "Checks:", "", *[f"- {line}" for line in checks],
+             f"- events on the stream: {dict(stream.names)}; of them about monitors or conversations that are not "
+             f"this bench's: {dict(stream.foreign) or 'none'}" + (
+                 " (WARNING: another Vigil using another db of this Redis server published them: pub/sub channels "
+                 "are not per database)" if stream.foreign else ""),
+             f"- errors (non-202 or failed requests): baseline {dict(base.errors) or 'none'}, Vigil ingest "
+             f"{dict(ingest.errors) or 'none'}, Vigil live {dict(live.errors) or 'none'}, paced "
+             f"{dict(steady.errors + (sparse.errors if sparse else Counter())) or 'none'}",
+             f"- load average at end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}"]
+    return "\n".join(lines) + "\n"
+
+
+def verify(db: Db, accepted: int, links: dict[str, str]) -> tuple[list[str], bool]:
+    """Exactly one wake per accepted delivery, each with its message, and nothing left unprocessed."""
+    deliveries = db.scalar("SELECT count(*) FROM deliveries")
+    wakes = db.scalar("SELECT count(*) FROM wakes")
+    messages = db.scalar("SELECT count(*) FROM messages WHERE role = 'wake'")
+    orphan = db.scalar("SELECT count(*) FROM wakes WHERE message_id IS NULL")
+    outcomes = dict(db.query("SELECT outcome, count(*) FROM deliveries GROUP BY outcome"))
+    per_monitor = db.query(
+        "SELECT l.monitor_id, l.hits, (SELECT count(*) FROM deliveries d WHERE d.link_id = l.id), "
+        "(SELECT count(*) FROM wakes w WHERE w.monitor_id = l.monitor_id) FROM trigger_links l")
+    uneven = [row for row in per_monitor if not (row[1] == row[2] == row[3])]
+    statuses = dict(db.query("SELECT status, count(*) FROM monitors GROUP BY status"))
+    baseline_rows = db.scalar(f"SELECT count(*) FROM {BASELINE_TABLE}")
+    ok = deliveries == accepted == wakes == messages and not orphan and not uneven \
+        and set(outcomes) == {"fired"} and statuses == {"active": len(links)}
+    lines = [f"wakes {wakes:,} = deliveries stored {deliveries:,} = 202s the bench got from Vigil {accepted:,} = "
+             f"wake messages {messages:,}: {'OK, exactly one wake per delivery' if ok else 'WARNING: NOT ONE WAKE PER DELIVERY'}",
+             f"delivery outcomes {outcomes}; monitors {statuses}; wakes without a message {orphan}; links whose "
+             f"hits, deliveries and wakes differ {len(uneven)}",
+             f"baseline rows inserted {baseline_rows:,}"]
+    return lines, ok
+
+
+# ----------------------------------------------------------------------------------------------
+# main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Trigger-ingest benchmark: Vigil vs. a bare INSERT.")
+    parser.add_argument("--deliveries", type=int, default=2000,
+                        help="deliveries per measured system, in two rounds (default 2000)")
+    parser.add_argument("--concurrency", type=int, default=16, help="client threads (default 16)")
+    parser.add_argument("--rate", type=float, default=20.0, help="paced deliveries per second (default 20)")
+    parser.add_argument("--paced-seconds", type=float, default=10.0, help="length of the paced phase (default 10)")
+    parser.add_argument("--sparse", type=int, default=8,
+                        help="deliveries 1.5 s apart after the paced phase, to an idle worker (default 8; 0: none)")
+    parser.add_argument("--worker-timeout", type=int, metavar="MS",
+                        help="dramatiq_worker_timeout for the worker: its longest idle poll of Redis (dramatiq's "
+                             "default 1000 ms, as the Procfile runs it); to try a shorter one")
+    parser.add_argument("--profile", action="store_true",
+                        help="extra unmeasured round with py-spy on the web process, and on the worker's drain")
+    parser.add_argument("--serve-baseline", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve_baseline:
+        return serve_baseline(args.port)
+    if args.deliveries < 100 or args.concurrency < 1:
+        parser.error("--deliveries must be at least 100 and --concurrency at least 1")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "logs").mkdir(exist_ok=True)
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _interrupt)
+    header = machine()
+    procs = Processes(RESULTS / "logs")
+    run = uuid.uuid4().hex[:8]
+    half = args.deliveries // 2
+    db: Db | None = None
+    stream: EventStream | None = None
+    paused: list[subprocess.Popen] = []
+    profiles: list[str] = []
+    started = time.monotonic()
+    try:
+        print(f"setting up (database {DB_NAME}, Redis db 10) …", flush=True)
+        fresh_database()
+        rds = redis.Redis.from_url(REDIS_URL)
+        rds.flushdb()
+        port, base_port = free_port(), free_port()
+        env = vigil_env(port)
+        try:
+            vigil_command("migrate", env=env)
+            vigil_command("user", "create", EMAIL, "--password", "bench-password-not-secret", env=env)
+            token = vigil_command("token", "create", "--user", EMAIL, env=env).strip().splitlines()[-1]
+        except AssertionError as exc:
+            raise BenchError(str(exc)) from None
+        db = Db()
+        db.query(f"CREATE TABLE {BASELINE_TABLE} (id bigserial PRIMARY KEY, token varchar(100) NOT NULL, "
+                 "body text NOT NULL, received_at timestamp NOT NULL)")
+        web = procs.start(WEB, [VIGIL, "web", "--host", "127.0.0.1", "--port", str(port)], env)
+        worker_env = {**env, **({"dramatiq_worker_timeout": str(args.worker_timeout)} if args.worker_timeout else {})}
+        worker = procs.start(WORKER, [PYTHON, "-m", "dramatiq", "tasks.main", "--processes", "1", "--threads", "4"],
+                             worker_env)
+        scheduler = procs.start(SCHEDULER, [VIGIL, "scheduler"], env)
+        baseline = procs.start(BASELINE, [PYTHON, str(Path(__file__).resolve()), "--serve-baseline",
+                                          "--port", str(base_port)])
+        wait_listening(port, procs)
+        wait_listening(base_port, procs)
+        vigil_base, bare_base = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{base_port}"
+        links = create_monitors(vigil_base, token)
+        vigil_urls = list(links.values())
+        bare_urls = [f"{bare_base}/api/triggers/{url.rsplit('/', 1)[1]}" for url in vigil_urls]
+        accepted = 0
+
+        def vigil_round(name: str, tag: str, n: int, worker_pid: int | None = None) -> Load:
+            nonlocal accepted
+            bodies, keys = bodies_and_keys(run, tag, n)
+            result = post_load(name, vigil_urls, bodies, keys, args.concurrency, web.pid, db, worker_pid)
+            accepted += result.accepted
+            return result
+
+        def bare_round(name: str, tag: str, n: int) -> Load:
+            bodies, keys = bodies_and_keys(run, tag, n)
+            return post_load(name, bare_urls, bodies, keys, args.concurrency, baseline.pid, db)
+
+        print("warm-up (200 deliveries each, not measured) …", flush=True)
+        bare_round("warm-up", "wb", 200)
+        vigil_round("warm-up", "wv", 200, worker.pid)
+        wait_processed(db, procs, 120)
+
+        print("pausing Vigil's worker and scheduler (SIGSTOP): the web tier alone takes the load …", flush=True)
+        for proc in (worker, scheduler):
+            signal_group(proc, signal.SIGSTOP)
+            paused.append(proc)
+        base, ingest = Load("baseline"), Load("Vigil ingest")
+        for label, runner in (("baseline", lambda: bare_round("baseline 1", "b1", half)),
+                              ("Vigil", lambda: vigil_round("Vigil 1", "v1", half)),
+                              ("Vigil", lambda: vigil_round("Vigil 2", "v2", half)),
+                              ("baseline", lambda: bare_round("baseline 2", "b2", half))):
+            result = runner()
+            (base if label == "baseline" else ingest).add(result)
+            print(f"  {result.name}: {result.accepted} in {result.wall:.2f}s = {result.rate:.0f}/s, "
+                  f"p50 {pct(result.latencies, 50):.1f} ms, p99 {pct(result.latencies, 99):.1f} ms"
+                  + (f", errors {dict(result.errors)}" if result.errors else ""), flush=True)
+
+        print("resuming the worker; timing its drain of the backlog …", flush=True)
+        drained, worker_cpu0, drain0 = unprocessed(db), tree_cpu(worker.pid), time.perf_counter()
+        signal_group(worker, signal.SIGCONT)
+        paused.remove(worker)
+        wait_processed(db, procs, 300)
+        drain_wall = time.perf_counter() - drain0
+        drain = (drained, drain_wall, tree_cpu(worker.pid) - worker_cpu0)
+        print(f"  {drained} deliveries processed in {drain_wall:.2f}s = {drained / drain_wall:.0f}/s", flush=True)
+        signal_group(scheduler, signal.SIGCONT)
+        paused.remove(scheduler)
+
+        live = vigil_round("Vigil live", "vl", half, worker.pid)
+        print(f"  Vigil with its worker running: {live.accepted} in {live.wall:.2f}s = {live.rate:.0f}/s, "
+              f"p50 {pct(live.latencies, 50):.1f} ms, p99 {pct(live.latencies, 99):.1f} ms", flush=True)
+        wait_processed(db, procs, 300)
+
+        if args.profile:
+            print("profiling (py-spy, unmeasured round): web process under load …", flush=True)
+            signal_group(worker, signal.SIGSTOP)
+            paused.append(worker)
+            profiler = Profiler("web", web.pid, procs)
+            vigil_round("profiled", "pw", half)
+            profiles.append("## Vigil web process, ingest round (worker paused)\n\n" + profiler.stop())
+            print("  … and the worker draining it", flush=True)
+            profiler = Profiler("worker", worker.pid, procs)
+            signal_group(worker, signal.SIGCONT)
+            paused.remove(worker)
+            wait_processed(db, procs, 300)
+            profiles.append("## Vigil worker, draining that backlog\n\n" + profiler.stop())
+
+        print(f"wake latency: SSE client on /api/events, {args.rate:g} deliveries/s for {args.paced_seconds:g}s …",
+              flush=True)
+        stream = EventStream(port, token, set(links), re.compile(rf"tib-{run}-(?:ls|lq)\d+"))
+        if not stream.connected.wait(10):
+            raise BenchError("the event stream did not say it was connected")
+        time.sleep(0.5)
+        steady = paced(f"{args.rate:g}/s", run, "ls", vigil_urls, int(args.rate * args.paced_seconds), 1 / args.rate)
+        accepted += len(steady.sent)
+        collect(steady, run, "ls", stream, db, procs)
+        sparse = None
+        if args.sparse:
+            print(f"  {args.sparse} deliveries 1.5 s apart (an idle worker) …", flush=True)
+            time.sleep(1.5)
+            sparse = paced("1 per 1.5 s", run, "lq", vigil_urls, args.sparse, 1.5)
+            accepted += len(sparse.sent)
+            collect(sparse, run, "lq", stream, db, procs)
+        stream_events = stream
+        wait_processed(db, procs, 60)
+        checks, _ = verify(db, accepted, links)
+        for phase in (steady, sparse) if sparse else (steady,):
+            complete = len(phase.stored) == len(phase.streamed) == len(phase.sent)
+            checks.append(f"paced {phase.name}: {len(phase.sent)} accepted, {len(phase.stored)} wakes found stored, "
+                          f"{len(phase.streamed)} `message.created` events received"
+                          + ("" if complete else " (WARNING: some never arrived)"))
+        if stream.duplicates:
+            checks.append(f"WARNING: {stream.duplicates} wakes arrived twice on the stream")
+        if stream.error:
+            checks.append(f"WARNING: the event stream failed: {stream.error}")
+        checks.append(f"whole run {time.monotonic() - started:.0f}s")
+        text_out = report(args, header, versions(), base, ingest, live, drain, steady, sparse, checks, stream_events)
+    except KeyboardInterrupt:
+        print("interrupted; stopping the processes the bench started", file=sys.stderr)
+        return 130
+    except BenchError as exc:
+        print(f"bench failed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the clean-up short
+            signal.signal(sig, signal.SIG_IGN)
+        if stream is not None:
+            stream.close()
+        for proc in paused:  # a stopped process group would not see its SIGTERM
+            signal_group(proc, signal.SIGCONT)
+        procs.stop()
+        if db is not None:
+            db.close()
+        with contextlib.suppress(Exception):
+            redis.Redis.from_url(REDIS_URL).flushdb()
+    if profiles:
+        profile_text = "\n\n".join(profiles) + "\n"
+        (RESULTS / "trigger_ingest_profile.md").write_text(profile_text)
+        text_out += "\nProfiles (py-spy) are in bench/results/trigger_ingest_profile.md.\n"
+    print()
+    print(text_out)
+    (RESULTS / "trigger_ingest.md").write_text(text_out)
+    print(f"(written to {(RESULTS / 'trigger_ingest.md').relative_to(ROOT)}; process logs in bench/results/logs/)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
