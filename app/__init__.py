@@ -34,7 +34,8 @@ def create_app(settings: Settings) -> Litestar:
     """The web app; the caller has bound the database and configured tasks.runtime."""
     session = CookieBackendConfig(secret=hashlib.sha256(f"session:{settings.SECRET_KEY}".encode()).digest(),
                                   key="vigil_session", httponly=True, samesite="lax",
-                                  secure=settings.SESSION_COOKIE_SECURE)
+                                  secure=settings.SESSION_COOKIE_SECURE,
+                                  exclude=["^/api/triggers/", "^/api/tool/", "^/healthz"])
     return Litestar(
         route_handlers=[ToolController, ConversationsController, MonitorsController, EventsController,
                         PagesController, ModelsController, TriggersController, ApprovalsController, healthz,

@@ -189,3 +189,10 @@ class live_server:
     def __exit__(self, *exc) -> None:
         self.server.should_exit = True
         self.thread.join(10)
+
+
+def test_link_uses_public_app_url_when_the_ui_runs_elsewhere(client, owner, reconfigure):
+    reconfigure(PUBLIC_APP_URL="http://localhost:5173/", PUBLIC_API_BASE_URL="https://api.example.com")
+    assert create(client, owner[1])["approval_url"].startswith("http://localhost:5173/approve/apr_")
+    reconfigure(PUBLIC_API_BASE_URL="https://vigil.example.com")
+    assert create(client, owner[1])["approval_url"].startswith("https://vigil.example.com/approve/apr_")
