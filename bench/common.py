@@ -206,3 +206,40 @@ def versions() -> str:
 
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
+
+
+def seed_page_monitors(env: dict, base: str, n: int, make_spec, next_due) -> None:
+    """Migrate, then one user, one conversation and N page monitors stored exactly as create_monitor stores a
+    fresh monitor after its baseline check (run_check against the real page /p/<i>).
+
+    make_spec(i, source) -> MonitorSpec; next_due(now) -> the first due time.
+    """
+    from engine.http import FetchPolicy, Fetcher
+    from engine.pipeline import BASELINE, Prior, run_check
+    from engine.spec import SourceSpec
+    from models import connection, database, utcnow
+    from models.db import bind
+    from models.migrate import migrate
+    from models.monitors import create_monitor
+    from models.tables import Conversation, User
+    from vigil.settings import Settings
+
+    settings = Settings.from_env(env)
+    bind(env["DATABASE_URL"])
+    fetcher = Fetcher(FetchPolicy(allow_loopback=True))
+    with connection():
+        migrate()
+        now = utcnow()
+        with database.atomic():
+            user = User.create(email="bench@example.com", password_hash="-", created_at=now)
+            conversation = Conversation.create(user=user, external_id="bench-conversation", channel="chat",
+                                               created_at=now, updated_at=now)
+            for i in range(n):
+                spec = make_spec(i, SourceSpec("page", f"{base}/p/{i}"))
+                outcome = run_check(fetcher, spec.source, spec.check, Prior(), settings.FETCH_MAX_TEXT_BYTES)
+                if outcome.kind != BASELINE:
+                    raise BenchError(f"page {i}: the baseline check gave {outcome.kind} {outcome.error}")
+                create_monitor(user, conversation, spec, outcome, now, next_due(now))
+    fetcher.close()
+    with contextlib.suppress(AttributeError):
+        database.obj.close_all()  # the bench's pooled connection; the worker opens its own

@@ -45,6 +45,7 @@ from bench.quiet_checks import (  # noqa: E402
     DATABASE_URL, DB_NAME, INTERVAL_SECONDS, PG, PYTHON, RESULTS, VIGIL, VIGIL_ENV, BenchError, EventCounter, Processes,
     Stats, _interrupt, ensure_database, machine, reset_schema, versions,
 )
+from bench.common import seed_page_monitors  # noqa: E402
 from tests.judge_server import JudgeServer  # noqa: E402
 
 REDIS_URL = "redis://127.0.0.1:6379/12"
@@ -137,43 +138,17 @@ def start_pages(n: int) -> tuple[ThreadingHTTPServer, Pages]:
 
 
 def create_judged_monitors(base: str, n: int, env: dict, interval: int) -> None:
-    """Migrate, then one user, one conversation and N threshold monitors with a condition, stored as
-    create_monitor stores a fresh monitor after its baseline check (run_check against the real page).
-    None is due before `interval`: each round makes them all due itself."""
+    """N threshold monitors with a condition; none is due before `interval`: each round makes them all due."""
     from engine.checks import CheckSpec
-    from engine.http import FetchPolicy, Fetcher
-    from engine.pipeline import BASELINE, Prior, run_check
-    from engine.spec import MonitorSpec, SourceSpec
-    from models import connection, database, utcnow
-    from models.db import bind
-    from models.migrate import migrate
-    from models.monitors import create_monitor
-    from models.tables import Conversation, User
-    from vigil.settings import Settings
+    from engine.spec import MonitorSpec
 
-    settings = Settings.from_env(env)
-    bind(DATABASE_URL)
-    fetcher = Fetcher(FetchPolicy(allow_loopback=True))
-    with connection():
-        migrate()
-        now = utcnow()
-        with database.atomic():
-            user = User.create(email="bench@example.com", password_hash="-", created_at=now)
-            conversation = Conversation.create(user=user, external_id="bench-conversation", channel="chat",
-                                               created_at=now, updated_at=now)
-            for i in range(n):
-                source = SourceSpec("page", f"{base}/p/{i}")
-                check = CheckSpec("threshold", op="<", value=THRESHOLD)
-                outcome = run_check(fetcher, source, check, Prior(), settings.FETCH_MAX_TEXT_BYTES)
-                if outcome.kind != BASELINE:
-                    raise BenchError(f"page {i}: the baseline check gave {outcome.kind} {outcome.error}")
-                spec = MonitorSpec(description=f"bench item {i}: price below 100", source=source, check=check,
-                                   on_match="", interval_seconds=interval, ttl_seconds=86400,
-                                   max_wakes=MAX_WAKES, condition=CONDITION)
-                create_monitor(user, conversation, spec, outcome, now, now + timedelta(seconds=interval))
-    fetcher.close()
-    with contextlib.suppress(AttributeError):
-        database.obj.close_all()  # the bench's pooled connection; the worker opens its own
+    def spec(i: int, source) -> MonitorSpec:
+        return MonitorSpec(description=f"bench item {i}: price below 100", source=source,
+                           check=CheckSpec("threshold", op="<", value=THRESHOLD), on_match="",
+                           interval_seconds=interval, ttl_seconds=86400, max_wakes=MAX_WAKES, condition=CONDITION)
+
+    seed_page_monitors({**env, "DATABASE_URL": DATABASE_URL}, base, n, spec,
+                       lambda now: now + timedelta(seconds=interval))
 
 
 class MonitorEvents(EventCounter):

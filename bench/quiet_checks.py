@@ -39,7 +39,8 @@ import requests  # noqa: E402
 
 from bench.common import (  # noqa: E402,F401  (re-exported: the other benchmarks import them from here)
     CLOCK_TICKS, DATABASE_URL, DB_NAME, PG, PYTHON, REDIS_URL, RESULTS, VIGIL, BenchError, Processes, _interrupt,
-    _stat, command_cpu, ensure_database, free_port, machine, reset_schema, tree_cpu, tree_size, versions,
+    _stat, command_cpu, ensure_database, free_port, machine, reset_schema, seed_page_monitors, tree_cpu, tree_size,
+    versions,
     wait_listening,
 )
 from bench.pages import page_html  # noqa: E402
@@ -121,40 +122,15 @@ def merge(name: str, runs: list[Measure]) -> Measure:
 
 
 def create_monitors(base: str, n: int) -> None:
-    """Migrate, then one user, one conversation and N monitors stored exactly as create_monitor stores
-    a fresh monitor after its baseline check (run_check against the real page)."""
+    """N change monitors on never-changing pages, all due at once."""
     from engine.checks import CheckSpec
-    from engine.http import FetchPolicy, Fetcher
-    from engine.pipeline import BASELINE, Prior, run_check
-    from engine.spec import MonitorSpec, SourceSpec
-    from models import connection, database, utcnow
-    from models.db import bind
-    from models.migrate import migrate
-    from models.monitors import create_monitor
-    from models.tables import Conversation, User
-    from vigil.settings import Settings
+    from engine.spec import MonitorSpec
 
-    settings = Settings.from_env(VIGIL_ENV)
-    bind(DATABASE_URL)
-    fetcher = Fetcher(FetchPolicy(allow_loopback=True))
-    with connection():
-        migrate()
-        now = utcnow()
-        with database.atomic():
-            user = User.create(email="bench@example.com", password_hash="-", created_at=now)
-            conversation = Conversation.create(user=user, external_id="bench-conversation", channel="chat",
-                                               created_at=now, updated_at=now)
-            for i in range(n):
-                source, check = SourceSpec("page", f"{base}/p/{i}"), CheckSpec("change")
-                outcome = run_check(fetcher, source, check, Prior(), settings.FETCH_MAX_TEXT_BYTES)
-                if outcome.kind != BASELINE:
-                    raise BenchError(f"page {i}: the baseline check gave {outcome.kind} {outcome.error}")
-                spec = MonitorSpec(description=f"bench page {i} changes", source=source, check=check,
-                                   on_match="", interval_seconds=INTERVAL_SECONDS, ttl_seconds=86400, max_wakes=1)
-                create_monitor(user, conversation, spec, outcome, now, now - timedelta(seconds=1))
-    fetcher.close()
-    with contextlib.suppress(AttributeError):
-        database.obj.close_all()  # the bench's pooled connection; the worker opens its own
+    def spec(i: int, source) -> MonitorSpec:
+        return MonitorSpec(description=f"bench page {i} changes", source=source, check=CheckSpec("change"),
+                           on_match="", interval_seconds=INTERVAL_SECONDS, ttl_seconds=86400, max_wakes=1)
+
+    seed_page_monitors(VIGIL_ENV, base, n, spec, lambda now: now - timedelta(seconds=1))
 
 
 class Stats:
