@@ -386,7 +386,7 @@ def report(args, header: list[str], f: dict, versions_line: str) -> str:
              f"from other Vigil processes on the same Redis, ignored), {f['claims'] - args.monitors} claims "
              f"(check_count − 1 baseline each), {f['served_gets']} page GETs after the baseline reads, "
              f"{args.monitors * args.rounds} made due by the bench",
-             f"- monitor_runs by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())),
+             "- monitor_runs by kind: " + ", ".join(f"{k} {v}" for k, v in sorted(kinds.items())),
              f"- judge: {calls} chat/completions requests (paths {', '.join(f['judge_paths']) or '-'}; "
              f"model {', '.join(sorted(m for m in f['judge_models'] if m)) or '-'}), {f['token rows']} token_usage "
              f"rows, {f['judge tokens']} tokens (= {f['monitors.judge_tokens']} in monitors.judge_tokens; "

@@ -25,7 +25,6 @@ import io
 import os
 import pstats
 import sys
-import threading
 import time
 from collections import defaultdict
 from pathlib import Path

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import unicodedata
 
-from engine.content import excerpt
 
 #: Found text is capped before it is queued, like a tool result in a chat.
 MAX_FOUND_CHARS = 4000

@@ -5,7 +5,7 @@ from __future__ import annotations
 import peewee
 
 from engine.tokens import hash_password, new_token, same_secret, token_digest, verify_password
-from models.db import utcnow
+
 from models.tables import ApiToken, User
 
 TOKEN_PREFIX = "vgl_"
