@@ -5,7 +5,6 @@ from __future__ import annotations
 import peewee
 
 from engine.tokens import hash_password, new_token, same_secret, token_digest, verify_password
-
 from models.tables import ApiToken, User
 
 TOKEN_PREFIX = "vgl_"
