@@ -220,3 +220,16 @@ def test_reveal_secret_is_for_the_owners_session_only(client, owner, stranger):
     csrf = re.search(r'"X-CSRF-Token": "([^"]+)"', page.text).group(1)
     client.post(f"/api/monitors/{result['monitor_id']}/cancel", headers={"X-CSRF-Token": csrf})
     assert client.get(path).status_code == 404
+
+
+def test_deliveries_are_accepted_while_redis_is_unreachable_for_the_rate_limit(client, owner, drain):
+    import tasks.runtime as runtime
+
+    result = create(client, owner[1])
+    runtime.current().limiter = LinkLimiter("redis://127.0.0.1:1/0")
+    for n in range(3):
+        assert client.post(path_of(result["url"]), json={"n": n}, headers={"Idempotency-Key": f"k{n}"}).status_code == 202
+        assert client.post(path_of(result["url"]), json={"m": n}).status_code == 202
+    assert deliveries() == 6
+    drain()
+    assert len(wakes(result["monitor_id"])) == 6
