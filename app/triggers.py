@@ -12,8 +12,8 @@ from litestar.enums import HttpMethod
 from litestar.params import FromPath
 
 from engine.signatures import delivery_id, is_github_ping, verify
-from models import connection, utcnow
 from engine.tokens import token_digest
+from models import connection, utcnow
 from models.triggers import live_link, one_statement, store_delivery, store_unsigned
 from tasks.deliveries import process_delivery
 from tasks.runtime import current
