@@ -12,9 +12,8 @@ from litestar.enums import HttpMethod
 from litestar.params import FromPath
 
 from engine.signatures import delivery_id, is_github_ping, verify
-from engine.tokens import token_digest
 from models import connection, utcnow
-from models.triggers import live_link, one_statement, store_delivery, store_unsigned
+from models.triggers import live_link, store_delivery
 from tasks.deliveries import process_delivery
 from tasks.runtime import current
 
@@ -62,9 +61,6 @@ def _deliver(token: str, headers: dict, body: bytes) -> Response:
     runtime = current()
     settings = runtime.settings
     with connection():
-        answer = _deliver_in_one_statement(token, headers, body, runtime)
-        if answer is not None:
-            return answer
         link = live_link(token, utcnow())
         if link is None:
             return _answer(404, NOT_FOUND)
@@ -83,44 +79,16 @@ def _deliver(token: str, headers: dict, body: bytes) -> Response:
     return _answer(202, {"accepted": True})
 
 
-def _deliver_in_one_statement(token: str, headers: dict, body: bytes, runtime) -> Response | None:
-    """The common case (an unsigned link, a delivery id, PostgreSQL) in one round trip; None for the general path.
-
-    Unsigned links count their rate under their token's digest, so requests without signature headers
-    can never use up a signed link's budget (that one is counted only after its signature verifies).
-    """
-    sender_id = delivery_id("none", headers)
-    text = _text(body)
-    if text is None or _signed(headers) or not one_statement(token, sender_id):
-        return None
-    rate = runtime.settings.TRIGGER_RATE_PER_MINUTE
-    if not runtime.limiter.allow("trigger-unsigned", token_digest(token), rate):
-        return _answer(429, {"detail": f"This link takes at most {rate} deliveries a minute; slow down."})
-    found, stored = store_unsigned(token, sender_id, text, headers.get("content-type", ""), utcnow())
-    if not found:
-        return None
-    if stored is not None:
-        _enqueue(stored)
-    return _answer(202, {"accepted": True})
-
-
-def _signed(headers: dict) -> bool:
-    return any(name in headers for name in ("x-hub-signature-256", "x-signature", "webhook-signature"))
-
-
 def _admit(link, headers: dict, body: bytes, runtime) -> Response | None:
     """Signature first, so junk from someone who has the URL can't use up the sender's rate."""
     rate = runtime.settings.TRIGGER_RATE_PER_MINUTE
-    if link.signature == "none":
-        allowed = runtime.limiter.allow("trigger-unsigned", link.token_digest, rate)
-    else:
+    if link.signature != "none":
         secret = runtime.keyring.decrypt(link.secret_encrypted)
         if not verify(link.signature, secret, headers, body, time.time()):
             if not runtime.limiter.allow("trigger-unverified", str(link.id), rate * 4):
                 return _answer(429, {"detail": "Too many unverified requests to this link; slow down."})
             return _answer(401, {"detail": "The signature is missing or wrong."})
-        allowed = runtime.limiter.allow("trigger", str(link.id), rate)
-    if not allowed:
+    if not runtime.limiter.allow("trigger", str(link.id), rate):
         return _answer(429, {"detail": f"This link takes at most {rate} deliveries a minute; slow down."})
     return None
 

@@ -12,10 +12,9 @@ from engine.crypto import Keyring
 from engine.tokens import new_token, token_digest
 from models.claims import as_time
 from models.db import database, utcnow
-from models.tables import AuditEvent, Delivery, Monitor, TriggerLink
+from models.tables import LIVE, AuditEvent, Delivery, Monitor, TriggerLink
 
 TOKEN_PREFIX = "trg_"
-LIVE = ("active", "paused")
 
 
 def create_link(monitor: Monitor, signature: str, secret: str, max_hits: int, keyring: Keyring) -> str:
@@ -34,7 +33,6 @@ class LiveLink:
     id: int
     signature: str
     secret_encrypted: str
-    token_digest: str
 
 
 _LIVE_LINK_SQL = (
@@ -55,7 +53,7 @@ def live_link(token: str, now: datetime) -> LiveLink | None:
     link_id, signature, secret, max_hits, hits, expires_at, revoked_at, status = row
     if revoked_at is not None or as_time(expires_at) <= now or hits >= max_hits or status not in LIVE:
         return None
-    return LiveLink(link_id, signature, secret, token_digest(token))
+    return LiveLink(link_id, signature, secret)
 
 
 _STORE_PG = (
@@ -63,28 +61,6 @@ _STORE_PG = (
     "VALUES (%s, %s, %s, %s, %s, '') ON CONFLICT (link_id, dedupe_key) DO NOTHING RETURNING id), "
     "u AS (UPDATE trigger_links SET hits = hits + 1 WHERE id = %s AND EXISTS (SELECT 1 FROM d)) "
     "SELECT id FROM d")
-
-
-_STORE_UNSIGNED_PG = (
-    "WITH l AS (SELECT l.id FROM trigger_links l JOIN monitors m ON m.id = l.monitor_id "
-    "WHERE l.token_digest = %s AND l.signature = 'none' AND l.revoked_at IS NULL AND l.expires_at > %s "
-    "AND l.hits < l.max_hits AND m.status IN ('active', 'paused')), "
-    "d AS (INSERT INTO deliveries (link_id, dedupe_key, body, content_type, received_at, outcome) "
-    "SELECT l.id, %s, %s, %s, %s, '' FROM l ON CONFLICT (link_id, dedupe_key) DO NOTHING RETURNING id), "
-    "u AS (UPDATE trigger_links SET hits = hits + 1 WHERE id IN (SELECT id FROM l) AND EXISTS (SELECT 1 FROM d)) "
-    "SELECT (SELECT id FROM l), (SELECT id FROM d)")
-
-
-def one_statement(token: str, sender_id: str | None) -> bool:
-    """Whether a delivery can be stored in one statement: PostgreSQL, and the sender's own delivery id."""
-    return bool(sender_id) and token.startswith(TOKEN_PREFIX) and isinstance(database.obj, peewee.PostgresqlDatabase)
-
-
-def store_unsigned(token: str, sender_id: str, body: str, content_type: str, now: datetime) -> tuple[bool, int | None]:
-    """Look up a live unsigned link and store the delivery in one round trip: (link found, new delivery id)."""
-    row = database.execute_sql(_STORE_UNSIGNED_PG, (token_digest(token), now, f"id:{sender_id}", body,
-                                                    content_type[:200], now)).fetchone()
-    return row[0] is not None, row[1]
 
 
 def store_delivery(link: LiveLink, sender_id: str | None, body: str, content_type: str, now: datetime,
