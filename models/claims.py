@@ -10,10 +10,7 @@ import peewee
 
 from engine.schedule import next_check_at
 from models.db import database
-from models.tables import Monitor
-
-ACTIVE = "active"
-
+from models.tables import ACTIVE, Monitor
 
 def claim_due(now: datetime, limit: int) -> list[tuple[str, int]]:
     """Claim due monitors: each gets a new claim number, its next due time and the check counted.

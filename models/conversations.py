@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from models.db import iso, utcnow
-from models.tables import Conversation, Message, Monitor, User
+from models.tables import ACTIVE, Conversation, Message, Monitor, User
 
-LIVE_STATUSES = ("active", "paused")
 
 
 class ConversationRefused(ValueError):
@@ -44,7 +43,7 @@ def user_conversations(user: User) -> list[Conversation]:
     conversations = list(Conversation.select().where(Conversation.user == user)
                          .order_by(Conversation.updated_at.desc()).limit(200))
     watched = {row.conversation_id for row in Monitor.select(Monitor.conversation)
-               .where((Monitor.user == user) & (Monitor.status == "active"))}
+               .where((Monitor.user == user) & (Monitor.status == ACTIVE))}
     for conv in conversations:
         conv.watching = conv.id in watched
     return conversations
@@ -52,7 +51,7 @@ def user_conversations(user: User) -> list[Conversation]:
 
 def is_watching(conversation_id: int) -> bool:
     return Monitor.select().where((Monitor.conversation == conversation_id)
-                                  & (Monitor.status == "active")).exists()
+                                  & (Monitor.status == ACTIVE)).exists()
 
 
 def message_json(message: Message) -> dict:

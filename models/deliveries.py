@@ -17,7 +17,7 @@ from models.db import database
 from models.judging import JudgePolicy, judge_match
 from models.monitors import load_for_check
 from models.results import Lifecycle, Recorded, pause_and_tell, record_check, record_judge_failure, write_wake
-from models.tables import Delivery, Monitor, TriggerLink
+from models.tables import ACTIVE, Delivery, Monitor, TriggerLink
 
 #: attempts when another delivery of the same link updated the monitor first
 ATTEMPTS = 5
@@ -49,7 +49,7 @@ def _attempt(delivery_id, session, judge, life, max_text_bytes, now) -> Processe
     if delivery is None or delivery.processed_at is not None:
         return Processed()
     monitor = load_for_check(TriggerLink.get_by_id(delivery.link_id).monitor_id)
-    if monitor.status != "active":
+    if monitor.status != ACTIVE:
         _mark(delivery, now, "ignored")
         return Processed(monitor)
     try:

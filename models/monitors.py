@@ -13,9 +13,8 @@ from models.claims import Claimed
 from models.db import database, iso, utcnow
 from models.results import write_wake
 from models.triggers import revoke
-from models.tables import Conversation, Monitor, User
+from models.tables import ACTIVE, CANCELLED, EXPIRED, LIVE, PAUSED, Conversation, Monitor, User
 
-ACTIVE, PAUSED, DONE, CANCELLED, EXPIRED = "active", "paused", "done", "cancelled", "expired"
 #: status -> action -> new status
 TRANSITIONS = {
     "pause": {ACTIVE: PAUSED},
@@ -88,7 +87,7 @@ def expire_due(now: datetime, limit: int = 500) -> list[tuple[Monitor, object]]:
     Returns each expired monitor with the wake message written for it, if any.
     """
     expired = []
-    candidates = (Monitor.select().where(Monitor.status.in_((ACTIVE, PAUSED)) & (Monitor.expires_at <= now))
+    candidates = (Monitor.select().where(Monitor.status.in_(LIVE) & (Monitor.expires_at <= now))
                   .limit(limit))
     for monitor in candidates:
         message = None
@@ -107,7 +106,7 @@ def user_monitors(user: User, conversation: Conversation | None = None, live: bo
     if conversation is not None:
         query = query.where(Monitor.conversation == conversation)
     if live:
-        query = query.where(Monitor.status.in_((ACTIVE, PAUSED)))
+        query = query.where(Monitor.status.in_(LIVE))
     return list(query.order_by(Monitor.created_at.desc()))
 
 

@@ -9,10 +9,7 @@ from engine.pipeline import ERROR, FIRED, QUIET, Outcome
 from engine.wake import paused_text, wake_text
 from models.conversations import append_message
 from models.db import database, iso, utcnow
-from models.tables import Monitor, MonitorRun, Wake
-
-ACTIVE, PAUSED, DONE = "active", "paused", "done"
-
+from models.tables import ACTIVE, DONE, PAUSED, Monitor, MonitorRun, Wake
 
 @dataclass(frozen=True)
 class Lifecycle:

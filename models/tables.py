@@ -51,6 +51,11 @@ class Message(BaseModel):
         table_name = "messages"
 
 
+#: a monitor's statuses; live ones may still wake their conversation
+ACTIVE, PAUSED, DONE, CANCELLED, EXPIRED = "active", "paused", "done", "cancelled", "expired"
+LIVE = (ACTIVE, PAUSED)
+
+
 class Monitor(BaseModel):
     id = peewee.CharField(max_length=32, primary_key=True)
     user = peewee.ForeignKeyField(User, backref="monitors", on_delete="CASCADE")

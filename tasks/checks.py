@@ -11,6 +11,7 @@ from models import utcnow
 from models.claims import Claimed, load_claimed
 from models.judging import judge_match
 from models.monitors import load_for_check
+from models.tables import ACTIVE
 from models.results import Recorded, pause_and_tell, record_check, record_judge_failure
 from tasks.events import publish_message, publish_monitor, publish_quiet
 from tasks.runtime import Runtime, current
@@ -49,7 +50,7 @@ def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded]:
     if outcome.kind != FIRED:
         return outcome, record_check(monitor, monitor.claim_seq, outcome, now, runtime.lifecycle)
     full = load_for_check(monitor.id)
-    if full.claim_seq != monitor.claim_seq or full.status != "active":
+    if full.claim_seq != monitor.claim_seq or full.status != ACTIVE:
         return outcome, Recorded(False)  # claimed again meanwhile (a long backlog): don't pay a judge for nothing
     if not full.condition:
         return outcome, record_check(full, monitor.claim_seq, outcome, now, runtime.lifecycle)
