@@ -6,12 +6,27 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 from models import database, utcnow
+from models.tables import Message, Monitor, Wake
 
 
 @contextmanager
 def db():
     with database.connection_context():
         yield database
+
+
+def wakes(monitor_id: str | None = None) -> list[Message]:
+    """The wake messages written (of one monitor, or all), oldest first."""
+    query = Message.select().join(Wake, on=(Wake.message == Message.id))
+    if monitor_id is not None:
+        query = query.where(Wake.monitor == monitor_id)
+    with db():
+        return list(query.order_by(Message.id))
+
+
+def monitor_row(monitor_id: str) -> Monitor:
+    with db():
+        return Monitor.get_by_id(monitor_id)
 
 
 def tool(client, token: str, action: str, arguments: dict | None = None, conversation: str = "conv-1",

@@ -12,8 +12,8 @@ import requests
 import uvicorn
 
 from models import utcnow
-from models.tables import ApprovalRequest, Message, Monitor, Wake
-from tests.integration.helpers import db, tool
+from models.tables import ApprovalRequest, Monitor
+from tests.integration.helpers import db, tool, wakes
 from tests.processes import free_port
 
 DRAFT = "Dear Dana,\n<script>alert('x')</script>\nPlease find the Q3 plan attached."
@@ -38,11 +38,6 @@ def form_nonce(html: str) -> str:
 def decisions() -> list:
     with db():
         return [(r.decision, r.comment) for r in ApprovalRequest.select()]
-
-
-def wakes() -> list[Message]:
-    with db():
-        return list(Message.select().join(Wake, on=(Wake.message == Message.id)).order_by(Message.id))
 
 
 def test_create_gives_only_the_page_link_and_ignores_a_check(client, owner):

@@ -7,9 +7,9 @@ from datetime import timedelta
 
 from models import utcnow
 from models.claims import claim_due
-from models.tables import Message, Monitor, MonitorRun, Wake
+from models.tables import MonitorRun
 from tasks.checks import check_monitors
-from tests.integration.helpers import db, tool
+from tests.integration.helpers import db, monitor_row, tool, wakes
 
 PAGE = "<html><body><p id='price'>Price: ${price}</p><footer>{noise}</footer></body></html>"
 
@@ -27,17 +27,6 @@ def make_monitor(client, token, url, **arguments) -> str:
     return body["result"]["monitor_id"]
 
 
-def wakes(monitor_id: str) -> list[Message]:
-    with db():
-        return list(Message.select().join(Wake, on=(Wake.message == Message.id))
-                    .where(Wake.monitor == monitor_id).order_by(Message.id))
-
-
-def state(monitor_id: str) -> Monitor:
-    with db():
-        return Monitor.get_by_id(monitor_id)
-
-
 def runs(monitor_id: str) -> int:
     with db():
         return MonitorRun.select().where(MonitorRun.monitor == monitor_id).count()
@@ -47,7 +36,7 @@ def test_unchanged_page_is_a_quiet_check(client, owner, pages, run_due_checks):
     monitor_id = make_monitor(client, owner[1], pages.set("/q", quote("95.10")))
     for _ in range(3):
         assert run_due_checks() == 1
-    monitor = state(monitor_id)
+    monitor = monitor_row(monitor_id)
     assert monitor.check_count == 4 and monitor.last_error == ""
     assert runs(monitor_id) == 0 and wakes(monitor_id) == []
     assert pages.hits["/q"] == 4
@@ -59,7 +48,7 @@ def test_same_text_in_different_markup_is_quiet(client, owner, pages, run_due_ch
     pages.set("/q", quote("95.10").replace("<p id='price'>", "<p id='price' class='x'>"))
     run_due_checks()
     assert runs(monitor_id) == 0 and wakes(monitor_id) == []
-    assert state(monitor_id).check_count == 2
+    assert monitor_row(monitor_id).check_count == 2
 
 
 def test_crossing_wakes_once_with_what_was_found(client, owner, pages, run_due_checks):
@@ -79,7 +68,7 @@ def test_crossing_wakes_once_with_what_was_found(client, owner, pages, run_due_c
     pages.set("/q", quote("89.00"))
     run_due_checks()
     assert len(wakes(monitor_id)) == 2, "back over and down again is a new fact"
-    assert state(monitor_id).wakes_left == 1
+    assert monitor_row(monitor_id).wakes_left == 1
 
 
 def test_last_wake_ends_the_monitor_and_says_so(client, owner, pages, run_due_checks):
@@ -88,7 +77,7 @@ def test_last_wake_ends_the_monitor_and_says_so(client, owner, pages, run_due_ch
     run_due_checks()
     [wake] = wakes(monitor_id)
     assert "last wake" in wake.content
-    monitor = state(monitor_id)
+    monitor = monitor_row(monitor_id)
     assert monitor.status == "done" and monitor.wakes_left == 0
     pages.set("/q", quote("99"))
     assert run_due_checks() == 0
@@ -115,7 +104,7 @@ def test_same_message_processed_twice_wakes_once(client, owner, pages, run_due_c
     check_monitors.send([[claimed_id, claim_seq]])
     run_due_checks.drain()
     assert len(wakes(monitor_id)) == 1
-    assert state(monitor_id).check_count == 2, "the duplicate must not count as a second check"
+    assert monitor_row(monitor_id).check_count == 2, "the duplicate must not count as a second check"
 
 
 def test_concurrent_duplicates_of_one_claim_wake_once(client, owner, pages, run_due_checks):
@@ -126,7 +115,7 @@ def test_concurrent_duplicates_of_one_claim_wake_once(client, owner, pages, run_
     for _ in range(6):
         check_monitors.send([[claimed_id, claim_seq]])
     run_due_checks.drain()
-    assert len(wakes(monitor_id)) == 1 and state(monitor_id).check_count == 2
+    assert len(wakes(monitor_id)) == 1 and monitor_row(monitor_id).check_count == 2
 
 
 def test_lost_message_only_delays_the_check(client, owner, pages, run_due_checks):
@@ -150,7 +139,7 @@ def test_paused_monitor_is_not_checked_and_stale_claim_is_dropped(client, owner,
     assert response.status_code == 200
     check_monitors.send([[claimed_id, claim_seq]])
     run_due_checks.drain()
-    assert wakes(monitor_id) == [] and state(monitor_id).status == "paused"
+    assert wakes(monitor_id) == [] and monitor_row(monitor_id).status == "paused"
     assert run_due_checks() == 0
 
 
@@ -158,12 +147,12 @@ def test_source_error_is_recorded_without_a_wake(client, owner, pages, run_due_c
     monitor_id = make_monitor(client, owner[1], pages.set("/q", quote("95.10")))
     pages.set("/q", "<p>gone</p>", status=404)
     run_due_checks()
-    monitor = state(monitor_id)
+    monitor = monitor_row(monitor_id)
     assert "404" in monitor.last_error and monitor.failure_count == 1 and monitor.status == "active"
     assert wakes(monitor_id) == []
     pages.set("/q", quote("95.10"))
     run_due_checks()
-    monitor = state(monitor_id)
+    monitor = monitor_row(monitor_id)
     assert monitor.last_error == "" and monitor.failure_count == 0
 
 

@@ -7,8 +7,8 @@ import time
 import pytest
 
 from models.catalog import save_entry
-from models.tables import JudgeModel, Message, Monitor, MonitorRun, TokenUsage, Wake
-from tests.integration.helpers import db, tool
+from models.tables import JudgeModel, Monitor, MonitorRun, TokenUsage
+from tests.integration.helpers import db, monitor_row, tool, wakes
 from tests.judge_server import JudgeServer
 
 
@@ -32,17 +32,6 @@ def create(client, token, url, **arguments) -> dict:
     return body["result"]
 
 
-def wakes(monitor_id: str) -> list[Message]:
-    with db():
-        return list(Message.select().join(Wake, on=(Wake.message == Message.id))
-                    .where(Wake.monitor == monitor_id).order_by(Message.id))
-
-
-def monitor(monitor_id: str) -> Monitor:
-    with db():
-        return Monitor.get_by_id(monitor_id)
-
-
 CONDITION = "a security fix is announced"
 
 
@@ -63,7 +52,7 @@ def test_judge_decides_a_match_and_its_tokens_are_billed(client, owner, pages, r
         [usage] = TokenUsage.select()
         assert (usage.source, usage.prompt_tokens, usage.completion_tokens) == ("monitor_judge", 100, 10)
         assert usage.user_id == owner[0].id and usage.monitor_id == result["monitor_id"]
-    assert monitor(result["monitor_id"]).judge_tokens == 110
+    assert monitor_row(result["monitor_id"]).judge_tokens == 110
 
 
 def test_judge_no_match_wakes_nobody_and_is_not_asked_again(client, owner, pages, run_due_checks, with_judge,
@@ -99,14 +88,14 @@ def test_failing_judge_wakes_unchecked_after_the_limit(client, owner, pages, run
     pages.set("/notes", "<li>1.1 security fix</li>")
     run_due_checks()
     run_due_checks()
-    assert wakes(result["monitor_id"]) == [] and monitor(result["monitor_id"]).judge_failures == 2
-    assert "500" in monitor(result["monitor_id"]).last_error
+    assert wakes(result["monitor_id"]) == [] and monitor_row(result["monitor_id"]).judge_failures == 2
+    assert "500" in monitor_row(result["monitor_id"]).last_error
     run_due_checks()
     [wake] = wakes(result["monitor_id"])
     assert "Not checked against the monitor's condition" in wake.content
     assert wake.metadata["checked_against_condition"] is False
     assert len(judge_server.requests) == 3
-    assert monitor(result["monitor_id"]).wakes_left == 4, "an unchecked wake counts toward max_wakes"
+    assert monitor_row(result["monitor_id"]).wakes_left == 4, "an unchecked wake counts toward max_wakes"
 
 
 @pytest.mark.parametrize("mode", ["content_filter", "content_filter_400"])
@@ -129,7 +118,7 @@ def test_malformed_verdict_is_a_failure(client, owner, pages, run_due_checks, wi
     pages.set("/notes", "<li>1.1</li>")
     run_due_checks()
     assert wakes(result["monitor_id"]) == []
-    assert monitor(result["monitor_id"]).judge_failures == 1
+    assert monitor_row(result["monitor_id"]).judge_failures == 1
 
 
 def test_token_budget_pauses_the_monitor_and_says_so(client, owner, pages, run_due_checks, reconfigure,
@@ -143,7 +132,7 @@ def test_token_budget_pauses_the_monitor_and_says_so(client, owner, pages, run_d
     [notice] = wakes(result["monitor_id"])
     assert notice.metadata["wake"]["source"] == "monitor_paused" and "token budget" in notice.content
     assert "1.1 security fix" in notice.content, "the match that used up the budget is not lost"
-    assert monitor(result["monitor_id"]).status == "paused"
+    assert monitor_row(result["monitor_id"]).status == "paused"
 
 
 def test_without_a_judge_conditions_wake_unchecked_and_create_says_so(client, owner, pages, run_due_checks):
@@ -191,7 +180,7 @@ def test_unreachable_source_is_skipped_then_paused_after_the_grace(client, owner
     result = create(client, owner[1], url)
     pages.set("/s", "down", status=503)
     run_due_checks()
-    first = monitor(result["monitor_id"])
+    first = monitor_row(result["monitor_id"])
     assert first.status == "active" and "503" in first.last_error and first.unreachable_since is not None
     assert wakes(result["monitor_id"]) == []
     with db():
@@ -200,7 +189,7 @@ def test_unreachable_source_is_skipped_then_paused_after_the_grace(client, owner
     run_due_checks()
     [notice] = wakes(result["monitor_id"])
     assert notice.metadata["wake"]["source"] == "monitor_paused" and "unreachable" in notice.content
-    assert monitor(result["monitor_id"]).status == "paused"
+    assert monitor_row(result["monitor_id"]).status == "paused"
     assert run_due_checks() == 0
 
 
@@ -212,13 +201,13 @@ def test_other_errors_pause_after_the_limit_and_a_success_resets(client, owner, 
     run_due_checks()
     pages.set("/s", "<p>v1</p>")
     run_due_checks()
-    assert monitor(result["monitor_id"]).failure_count == 0
+    assert monitor_row(result["monitor_id"]).failure_count == 0
     pages.set("/s", "gone", status=404)
     for _ in range(3):
         run_due_checks()
     [notice] = wakes(result["monitor_id"])
     assert notice.metadata["wake"]["source"] == "monitor_paused" and "3 times in a row" in notice.content
-    assert "404" in notice.content and monitor(result["monitor_id"]).status == "paused"
+    assert "404" in notice.content and monitor_row(result["monitor_id"]).status == "paused"
     response = client.post(f"/api/monitors/{result['monitor_id']}/resume",
                            headers={"Authorization": f"Bearer {owner[1]}"})
     assert response.json()["status"] == "active" and response.json()["last_error"] is None
@@ -234,4 +223,4 @@ def test_more_wakes_than_the_hourly_cap_pause_the_monitor(client, owner, pages, 
     messages = wakes(result["monitor_id"])
     assert [m.metadata["wake"]["source"] for m in messages] == ["monitor", "monitor", "monitor_paused"]
     assert "more than 2 times in an hour" in messages[-1].content and "+ 3" in messages[-1].content
-    assert monitor(result["monitor_id"]).status == "paused"
+    assert monitor_row(result["monitor_id"]).status == "paused"

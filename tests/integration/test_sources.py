@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from models.tables import Message, Monitor, MonitorRun, Wake
+from models.tables import Monitor, MonitorRun
 from tests.integration.helpers import db, tool
+from tests.integration.helpers import wakes as wake_messages
 
 DAY = 86400
 
@@ -46,9 +47,7 @@ def refusal(client, token, source: dict, check: dict | None = None) -> str:
 
 
 def wakes(monitor_id: str) -> list[str]:
-    with db():
-        return [m.content for m in Message.select().join(Wake, on=(Wake.message == Message.id))
-                .where(Wake.monitor == monitor_id).order_by(Message.id)]
+    return [message.content for message in wake_messages(monitor_id)]
 
 
 def monitor(monitor_id: str) -> Monitor:

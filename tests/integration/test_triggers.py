@@ -9,8 +9,8 @@ import time
 import pytest
 
 from engine.signatures import sign
-from models.tables import AuditEvent, Delivery, Message, TriggerLink, Wake
-from tests.integration.helpers import db, tool
+from models.tables import AuditEvent, Delivery, TriggerLink
+from tests.integration.helpers import db, tool, wakes
 from vigil.ratelimit import LinkLimiter
 
 
@@ -29,12 +29,6 @@ def path_of(url: str) -> str:
 def deliveries() -> int:
     with db():
         return Delivery.select().count()
-
-
-def wakes(monitor_id: str) -> list[Message]:
-    with db():
-        return list(Message.select().join(Wake, on=(Wake.message == Message.id))
-                    .where(Wake.monitor == monitor_id).order_by(Message.id))
 
 
 def stored_secret(monitor_id: str) -> str:
