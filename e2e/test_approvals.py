@@ -11,7 +11,8 @@ import pytest
 import requests
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from e2e.test_monitors_live import LIVE, assert_not_reloaded, log_in, watch_for_reloads
+from e2e.browser import (LIVE, assert_not_reloaded, mark_event_stream_open, open_conversation,
+                         watch_for_reloads)
 
 pytestmark = pytest.mark.e2e
 
@@ -76,11 +77,6 @@ def fail_on_dialogs(page: Page) -> list[str]:
     return dialogs
 
 
-def mark_event_stream_open(page: Page) -> None:
-    """Every document of this page records when htmx's SSE extension has its EventSource open."""
-    page.add_init_script("document.addEventListener('htmx:sseOpen', () => { window.__sseOpen = true; });")
-
-
 def wake_messages(stack) -> list[dict]:
     response = requests.get(f"{stack.base}/api/conversations/{CONVERSATION}/messages", headers=stack.auth,
                             timeout=10)
@@ -116,15 +112,7 @@ def test_approval_link_decision_wakes_owner_conversation_live(page: Page, public
 
     # Context A: the owner has the conversation open, its event stream connected.
     mark_event_stream_open(page)
-    log_in(page, stack)
-    expect(page).to_have_url(f"{stack.base}/settings/monitors")
-    sidebar_link = page.locator("aside.sidebar li a", has_text=re.compile(rf"^\s*{CONVERSATION}\s*$"))
-    href = sidebar_link.get_attribute("href")
-    assert re.fullmatch(r"/conversations/\d+", href), href
-    pk = href.rsplit("/", 1)[1]
-    sidebar_link.click()
-    expect(page).to_have_url(f"{stack.base}{href}")
-    expect(page.locator("h1")).to_have_text(CONVERSATION)
+    pk = open_conversation(page, stack, CONVERSATION)
     page.wait_for_function("window.__sseOpen === true", timeout=LIVE)
     messages = page.locator(f"ol#messages-{pk}")
     expect(messages.locator("li.message")).to_have_count(0)

@@ -9,10 +9,11 @@ import pytest
 import requests
 from playwright.sync_api import Page, expect
 
+from e2e.browser import LIVE, assert_not_reloaded, log_in, open_conversation, watch_for_reloads
+
 pytestmark = pytest.mark.e2e
 
 #: Bound for each expectation; checks run every second, so a live update normally lands within 1-2 s.
-LIVE = 15_000
 WIDTHS = (1280, 375)
 
 
@@ -32,27 +33,6 @@ def api_monitor(stack, monitor_id: str) -> dict:
     response.raise_for_status()
     [monitor] = [m for m in response.json()["monitors"] if m["monitor_id"] == monitor_id]
     return monitor
-
-
-def log_in(page: Page, stack, password: str | None = None) -> None:
-    page.goto(f"{stack.base}/login")
-    page.locator('input[name="email"]').fill(stack.email)
-    page.locator('input[name="password"]').fill(password or stack.password)
-    page.get_by_role("button", name="Sign in").click()
-
-
-def watch_for_reloads(page: Page) -> list[str]:
-    """Marks the loaded document and records every later document request; both show a reload."""
-    documents: list[str] = []
-    page.on("request", lambda request: documents.append(request.url)
-            if request.resource_type == "document" and request.frame == page.main_frame else None)
-    page.evaluate("window.__marker = 1")
-    return documents
-
-
-def assert_not_reloaded(page: Page, documents: list[str]) -> None:
-    assert page.evaluate("window.__marker") == 1, "the page was reloaded"
-    assert documents == [], f"the page navigated: {documents}"
 
 
 def shoot(page: Page, folder, name: str) -> None:
@@ -122,15 +102,7 @@ def test_conversation_page_shows_wake_live_and_watching_mark_clears(page: Page, 
     description = "the deploy finishes (e2e)"
     monitor_id = create_monitor(stack, "e2e-wake", description, url, max_wakes=1)
 
-    log_in(page, stack)
-    expect(page).to_have_url(f"{stack.base}/settings/monitors")
-    link = page.locator("aside.sidebar li a", has_text=re.compile(r"^\s*e2e-wake\s*$"))
-    href = link.get_attribute("href")
-    assert re.fullmatch(r"/conversations/\d+", href), href
-    pk = href.rsplit("/", 1)[1]
-    link.click()
-    expect(page).to_have_url(f"{stack.base}{href}")
-    expect(page.locator("h1")).to_have_text("e2e-wake")
+    pk = open_conversation(page, stack, "e2e-wake")
     item = page.locator(f"li#conversation-{pk}")
     expect(item.locator(".watching")).to_be_visible()
     messages = page.locator(f"ol#messages-{pk}")

@@ -12,7 +12,8 @@ import pytest
 import requests
 from playwright.sync_api import Browser, Page, expect
 
-from e2e.test_monitors_live import LIVE, assert_not_reloaded, log_in, watch_for_reloads
+from e2e.browser import (LIVE, assert_not_reloaded, mark_event_stream_open, open_conversation,
+                         watch_for_reloads)
 from tests.processes import vigil
 
 pytestmark = pytest.mark.e2e
@@ -30,11 +31,6 @@ def create_webhook_monitor(stack, conversation_id: str, description: str, scheme
     body = response.json()
     assert body["ok"], body
     return body["result"]
-
-
-def mark_event_stream_open(page: Page) -> None:
-    """Every document of this page records when htmx's SSE extension has its EventSource open."""
-    page.add_init_script("document.addEventListener('htmx:sseOpen', () => { window.__sseOpen = true; });")
 
 
 def run_example_curl(script: str, secret: str, home) -> subprocess.CompletedProcess:
@@ -60,15 +56,7 @@ def test_signed_link_card_reveal_and_example_curl_wake_live(page: Page, browser:
 
     # The owner opens the conversation from the sidebar and finds the link card.
     mark_event_stream_open(page)
-    log_in(page, stack)
-    expect(page).to_have_url(f"{stack.base}/settings/monitors")
-    link = page.locator("aside.sidebar li a", has_text=re.compile(rf"^\s*{CONVERSATION}\s*$"))
-    href = link.get_attribute("href")
-    assert re.fullmatch(r"/conversations/\d+", href), href
-    pk = href.rsplit("/", 1)[1]
-    link.click()
-    expect(page).to_have_url(f"{stack.base}{href}")
-    expect(page.locator("h1")).to_have_text(CONVERSATION)
+    pk = open_conversation(page, stack, CONVERSATION)
     page.wait_for_function("window.__sseOpen === true", timeout=LIVE)
     documents = watch_for_reloads(page)
 
@@ -119,7 +107,7 @@ def test_signed_link_card_reveal_and_example_curl_wake_live(page: Page, browser:
         refused = other_context.request.get(secret_path)
         assert refused.status == 404, refused.text()
         assert secret not in refused.text()
-        assert other_context.request.get(f"{stack.base}{href}").status == 404
+        assert other_context.request.get(f"{stack.base}/conversations/{pk}").status == 404
     finally:
         other_context.close()
 
