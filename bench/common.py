@@ -243,3 +243,35 @@ def seed_page_monitors(env: dict, base: str, n: int, make_spec, next_due) -> Non
     fetcher.close()
     with contextlib.suppress(AttributeError):
         database.obj.close_all()  # the bench's pooled connection; the worker opens its own
+
+
+def prepare() -> tuple[list[str], Processes]:
+    """The results folder, Ctrl-C and SIGTERM as KeyboardInterrupt, the machine's description, a process keeper."""
+    (RESULTS / "logs").mkdir(parents=True, exist_ok=True)
+    for sig in (signal.SIGINT, signal.SIGTERM):  # SIGINT too: a background job may have it ignored
+        signal.signal(sig, _interrupt)
+    return machine(), Processes(RESULTS / "logs")
+
+
+def failed(exc: BaseException) -> int:
+    """The exit code of a run that stopped early, said on stderr."""
+    if isinstance(exc, KeyboardInterrupt):
+        print("interrupted; stopping the processes the bench started", file=sys.stderr)
+        return 130
+    print(f"bench failed: {exc}", file=sys.stderr)
+    return 1
+
+
+def hold_signals() -> None:
+    """From here on a second Ctrl-C must not cut the clean-up short."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def publish(name: str, text: str) -> int:
+    """Print the report and keep it in bench/results/<name>."""
+    print()
+    print(text)
+    (RESULTS / name).write_text(text)
+    print(f"(written to {(RESULTS / name).relative_to(ROOT)}; process logs in bench/results/logs/)")
+    return 0

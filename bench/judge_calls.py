@@ -24,7 +24,6 @@ import argparse
 import contextlib
 import json
 import re
-import signal
 import sys
 import threading
 import time
@@ -42,10 +41,10 @@ import redis  # noqa: E402
 import psycopg2  # noqa: E402
 
 from bench.quiet_checks import (  # noqa: E402
-    DATABASE_URL, DB_NAME, INTERVAL_SECONDS, PG, PYTHON, RESULTS, VIGIL, VIGIL_ENV, BenchError, EventCounter, Processes,
-    Stats, _interrupt, ensure_database, machine, reset_schema, versions,
+    DATABASE_URL, DB_NAME, INTERVAL_SECONDS, PG, PYTHON, VIGIL, VIGIL_ENV, BenchError, EventCounter, Processes,
+    Stats, ensure_database, reset_schema, versions,
 )
-from bench.common import seed_page_monitors  # noqa: E402
+from bench.common import failed, hold_signals, prepare, publish, seed_page_monitors  # noqa: E402
 from tests.judge_server import JudgeServer  # noqa: E402
 
 REDIS_URL = "redis://127.0.0.1:6379/12"
@@ -420,12 +419,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"monitors' interval in seconds (default {INTERVAL_SECONDS}: only the bench makes "
                              "them due; a few seconds lets the scheduler claim them on its own too)")
     args = parser.parse_args(argv)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "logs").mkdir(exist_ok=True)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _interrupt)
-    header = machine()
-    procs = Processes(RESULTS / "logs")
+    header, procs = prepare()
     page_server = judge = None
     text_out = ""
     try:
@@ -436,15 +430,10 @@ def main(argv: list[str] | None = None) -> int:
             judge.queue(*(("no_match", "match") * (args.monitors * args.rounds)))
         facts = run(args, procs, pages, base, judge)
         text_out = report(args, header, facts, versions())
-    except KeyboardInterrupt:
-        print("interrupted; stopping the processes the bench started", file=sys.stderr)
-        return 130
-    except BenchError as exc:
-        print(f"bench failed: {exc}", file=sys.stderr)
-        return 1
+    except (KeyboardInterrupt, BenchError) as exc:
+        return failed(exc)
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the clean-up short
-            signal.signal(sig, signal.SIG_IGN)
+        hold_signals()
         procs.stop()
         for server in (judge, page_server):
             if server is not None:
@@ -452,11 +441,7 @@ def main(argv: list[str] | None = None) -> int:
                     server.stop() if server is judge else (server.shutdown(), server.server_close())
         with contextlib.suppress(Exception):
             redis.Redis.from_url(REDIS_URL).flushdb()
-    print()
-    print(text_out)
-    (RESULTS / "judge_calls.md").write_text(text_out)
-    print(f"(written to {(RESULTS / 'judge_calls.md').relative_to(ROOT)}; process logs in bench/results/logs/)")
-    return 0
+    return publish("judge_calls.md", text_out)
 
 
 if __name__ == "__main__":

@@ -37,11 +37,10 @@ import psycopg2.errors  # noqa: E402
 import redis  # noqa: E402
 import requests  # noqa: E402
 
-from bench.common import (  # noqa: E402,F401  (re-exported: the other benchmarks import them from here)
-    CLOCK_TICKS, DATABASE_URL, DB_NAME, PG, PYTHON, REDIS_URL, RESULTS, VIGIL, BenchError, Processes, _interrupt,
-    _stat, command_cpu, ensure_database, free_port, machine, reset_schema, seed_page_monitors, tree_cpu, tree_size,
-    versions,
-    wait_listening,
+from bench.common import (  # noqa: E402,F401  (some re-exported: the other benchmarks import them from here)
+    DATABASE_URL, DB_NAME, PG, PYTHON, REDIS_URL, RESULTS, VIGIL, BenchError, Processes, failed, hold_signals,
+    prepare, publish, command_cpu, ensure_database, free_port, reset_schema, seed_page_monitors, tree_cpu,
+    tree_size, versions, wait_listening,
 )
 from bench.pages import page_html  # noqa: E402
 from engine.content import html_to_text  # noqa: E402
@@ -416,12 +415,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds each baseline loop runs; each runs twice (default 6)")
     parser.add_argument("--rounds", type=int, default=3, help="measured Vigil rounds of N checks (default 3)")
     args = parser.parse_args(argv)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "logs").mkdir(exist_ok=True)
-    for sig in (signal.SIGINT, signal.SIGTERM):  # SIGINT too: a background job may have it ignored
-        signal.signal(sig, _interrupt)
-    header = machine()
-    procs = Processes(RESULTS / "logs")
+    header, procs = prepare()
     n = args.monitors
     try:
         port = free_port()
@@ -444,23 +438,14 @@ def main(argv: list[str] | None = None) -> int:
         procs.stop("worker", "scheduler")
         run_baselines("after")
         text_out = report(args, header, merge("A", loops["A"]), merge("B", loops["B"]), vigil, versions())
-    except KeyboardInterrupt:
-        print("interrupted; stopping the processes the bench started", file=sys.stderr)
-        return 130
-    except BenchError as exc:
-        print(f"bench failed: {exc}", file=sys.stderr)
-        return 1
+    except (KeyboardInterrupt, BenchError) as exc:
+        return failed(exc)
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the clean-up short
-            signal.signal(sig, signal.SIG_IGN)
+        hold_signals()
         procs.stop()
         with contextlib.suppress(Exception):
             redis.Redis.from_url(REDIS_URL).flushdb()
-    print()
-    print(text_out)
-    (RESULTS / "quiet_checks.md").write_text(text_out)
-    print(f"(written to {(RESULTS / 'quiet_checks.md').relative_to(ROOT)}; process logs in bench/results/logs/)")
-    return 0
+    return publish("quiet_checks.md", text_out)
 
 
 if __name__ == "__main__":

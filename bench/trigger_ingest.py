@@ -39,10 +39,10 @@ import requests  # noqa: E402
 
 from bench import common, quiet_checks  # noqa: E402
 from bench.quiet_checks import (  # noqa: E402
-    PG, PYTHON, RESULTS, VIGIL, BenchError, Processes, _interrupt, free_port, machine, tree_cpu,
-    versions, wait_listening,
+    PG, PYTHON, RESULTS, VIGIL, BenchError, Processes, free_port, tree_cpu, versions, wait_listening,
 )
 from tests.processes import vigil as vigil_command  # noqa: E402
+from bench.common import failed, hold_signals, prepare, publish  # noqa: E402
 from bench.trigger_parts import (  # noqa: E402
     Db, EventStream, Load, Paced, Profiler, bodies_and_keys, collect, fmt, paced, pct, post_load,
 )
@@ -298,12 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         return serve_baseline(args.port)
     if args.deliveries < 100 or args.concurrency < 1:
         parser.error("--deliveries must be at least 100 and --concurrency at least 1")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "logs").mkdir(exist_ok=True)
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, _interrupt)
-    header = machine()
-    procs = Processes(RESULTS / "logs")
+    header, procs = prepare()
     run = uuid.uuid4().hex[:8]
     half = args.deliveries // 2
     db: Db | None = None
@@ -433,15 +428,10 @@ def main(argv: list[str] | None = None) -> int:
             checks.append(f"WARNING: the event stream failed: {stream.error}")
         checks.append(f"whole run {time.monotonic() - started:.0f}s")
         text_out = report(args, header, versions(), base, ingest, live, drain, steady, sparse, checks, stream_events)
-    except KeyboardInterrupt:
-        print("interrupted; stopping the processes the bench started", file=sys.stderr)
-        return 130
-    except BenchError as exc:
-        print(f"bench failed: {exc}", file=sys.stderr)
-        return 1
+    except (KeyboardInterrupt, BenchError) as exc:
+        return failed(exc)
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not cut the clean-up short
-            signal.signal(sig, signal.SIG_IGN)
+        hold_signals()
         if stream is not None:
             stream.close()
         for proc in paused:  # a stopped process group would not see its SIGTERM
@@ -455,11 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         profile_text = "\n\n".join(profiles) + "\n"
         (RESULTS / "trigger_ingest_profile.md").write_text(profile_text)
         text_out += "\nProfiles (py-spy) are in bench/results/trigger_ingest_profile.md.\n"
-    print()
-    print(text_out)
-    (RESULTS / "trigger_ingest.md").write_text(text_out)
-    print(f"(written to {(RESULTS / 'trigger_ingest.md').relative_to(ROOT)}; process logs in bench/results/logs/)")
-    return 0
+    return publish("trigger_ingest.md", text_out)
 
 
 if __name__ == "__main__":
