@@ -10,8 +10,8 @@ import requests
 from engine.checks import evaluate
 from engine.errors import ContentError
 from engine.pipeline import CHANGED, FIRED, Outcome
-from engine.sources import webhook
-from engine.spec import check_from_record
+from engine.sources import normalize
+from engine.spec import check_from_record, source_from_record
 from engine.wake import misfit_text
 from models.db import database
 from models.judging import JudgePolicy, judge_match
@@ -53,7 +53,7 @@ def _attempt(delivery_id, session, judge, life, max_text_bytes, now) -> Processe
         _mark(delivery, now, "ignored")
         return Processed(monitor)
     try:
-        content = webhook.normalize(None, delivery.body.encode("utf-8"), max_text_bytes)
+        content = normalize(source_from_record(monitor.source), delivery.body.encode("utf-8"), max_text_bytes)
         verdict = evaluate(check_from_record(monitor.check), content, monitor.check_state or {}, now)
     except ContentError as exc:
         return _misfit(delivery, monitor, str(exc), now)

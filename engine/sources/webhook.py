@@ -27,7 +27,7 @@ def read(spec: SourceSpec, io: SourceIO) -> bytes:
     raise FetchError("A webhook is not fetched; its deliveries arrive at the trigger link.")
 
 
-def normalize(spec: SourceSpec | None, body: bytes, max_text_bytes: int) -> Content:
+def normalize(spec: SourceSpec, body: bytes, max_text_bytes: int) -> Content:
     """A delivered body: JSON when it parses as JSON (NaN, too deep and the like don't), else its text."""
     text = body.decode("utf-8")
     if not text.strip():
