@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+
 import peewee
 
 from engine.tokens import hash_password, new_token, same_secret, token_digest, verify_password
 from models.tables import ApiToken, User
 
 TOKEN_PREFIX = "vgl_"
-#: A password hash to compare against when the email is unknown, so both answers take as long.
-_DECOY_HASH = hash_password("decoy password that matches nothing")
 
 
 class AccountError(ValueError):
@@ -30,8 +30,17 @@ def create_user(email: str, password: str) -> User:
 
 def authenticate(email: str, password: str) -> User | None:
     user = User.get_or_none(User.email == normalize_email(email))
-    ok = verify_password(password, user.password_hash if user else _DECOY_HASH)
+    ok = verify_password(password, user.password_hash if user else _decoy_hash())
     return user if user and ok else None
+
+
+@functools.cache
+def _decoy_hash() -> str:
+    """A hash to compare against when the email is unknown, so both answers take as long.
+
+    Made on first use, not at import: every process imports this module, and scrypt takes ~0.1 s.
+    """
+    return hash_password("decoy password that matches nothing")
 
 
 def create_token(email: str, label: str = "") -> str:
