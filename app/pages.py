@@ -13,10 +13,9 @@ from litestar.response import Redirect, Template
 
 from app.auth import SESSION_CSRF, SESSION_USER, check_csrf, csrf_token, session_user
 from engine.links import public_base
-from engine.signatures import example_curl
+from engine.signatures import example_body, example_curl
 from engine.spec import check_from_record
 from models import connection, utcnow
-from models.tool_actions import example_body
 from models.triggers import link_cards
 from tasks.runtime import current
 from models.accounts import authenticate

@@ -11,6 +11,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import json
 import math
 import re
 import secrets
@@ -225,3 +226,13 @@ def _signature_header(lowered: dict[str, object], name: str) -> str | None:
     if value is None or len(value) > MAX_HEADER_CHARS or not value.isascii():
         return None
     return value
+
+
+def example_body(check) -> str:
+    """A body the check reads, with a sent_at time so each example call is a new event."""
+    sent_at = '"sent_at": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"'
+    if check.type == "status" and check.value_path and check.values:
+        path = [part for part in check.value_path.replace("[", ".[").split(".") if part and part != "data"]
+        if len(path) == 1 and not path[0].startswith("["):
+            return "{" + f'"{path[0]}": {json.dumps(check.values[0])}, {sent_at}' + "}"
+    return "{" + f'"event": "done", {sent_at}' + "}"

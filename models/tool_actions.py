@@ -7,13 +7,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-import json
 from dataclasses import dataclass
 
 from engine.checks.status import canonical
 from engine.crypto import Keyring
 from engine.links import DEFAULT_BASE, unreachable_reason
-from engine.signatures import example_curl, new_secret
+from engine.signatures import example_body, example_curl, new_secret
 from engine.pipeline import BASELINE, Prior, run_check
 from engine.placeholders import values as placeholder_values
 from engine.schedule import next_check_at
@@ -108,16 +107,6 @@ def _create_approval(user: User, conversation: Conversation, spec, notes: list[s
         "monitor_id": monitor.id, "status": monitor.status, "approval_url": f"{ctx.app_url}/approve/{token}",
         "options": list(spec.source.options), "expires_at": iso(monitor.expires_at), "notes": notes,
     }
-
-
-def example_body(check) -> str:
-    """A body the check reads, with a sent_at time so each example call is a new event."""
-    sent_at = '"sent_at": "$(date -u +%Y-%m-%dT%H:%M:%SZ)"'
-    if check.type == "status" and check.value_path and check.values:
-        path = [part for part in check.value_path.replace("[", ".[").split(".") if part and part != "data"]
-        if len(path) == 1 and not path[0].startswith("["):
-            return "{" + f'"{path[0]}": {json.dumps(check.values[0])}, {sent_at}' + "}"
-    return "{" + f'"event": "done", {sent_at}' + "}"
 
 
 def _already_holds(check, state: dict) -> bool:
