@@ -94,7 +94,8 @@ class Monitor(BaseModel):
 
     class Meta:
         table_name = "monitors"
-        indexes = ((("status", "next_check_at"), False),)
+        #: the scheduler's two passes a tick: claiming due monitors and expiring old ones (m0005)
+        indexes = ((("status", "next_check_at"), False), (("status", "expires_at"), False))
 
     @property
     def wakes_left(self) -> int:
@@ -172,7 +173,7 @@ class TriggerLink(BaseModel):
 
 class Delivery(BaseModel):
     """One accepted POST to a trigger link, stored before it is answered 202: the durable outbox."""
-    link = peewee.ForeignKeyField(TriggerLink, backref="deliveries", on_delete="CASCADE")
+    link = peewee.ForeignKeyField(TriggerLink, backref="deliveries", on_delete="CASCADE", index=False)
     dedupe_key = peewee.CharField(max_length=250)
     body = peewee.TextField()
     content_type = peewee.CharField(max_length=200, default="")
@@ -182,7 +183,8 @@ class Delivery(BaseModel):
 
     class Meta:
         table_name = "deliveries"
-        indexes = ((("link", "dedupe_key"), True), (("processed_at", "received_at"), False))
+        # and delivery_unprocessed, partial: (received_at) WHERE processed_at IS NULL (migration m0006)
+        indexes = ((("link", "dedupe_key"), True),)
 
 
 class AuditEvent(BaseModel):
