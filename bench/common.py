@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
 import platform
 import signal
@@ -124,14 +126,36 @@ def tree_cpu(root: int) -> float:
     return total / CLOCK_TICKS
 
 
-def tree_size(root: int) -> int:
-    count, todo = 0, [root]
+def tree_pids(root: int) -> list[int]:
+    """`root` and its descendants, through /proc/<pid>/task/<pid>/children."""
+    found, todo = [], [root]
     while todo:
         pid = todo.pop()
-        count += 1
+        found.append(pid)
         with contextlib.suppress(OSError):
             todo.extend(int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split())
-    return count
+    return found
+
+
+def tree_size(root: int) -> int:
+    return len(tree_pids(root))
+
+
+def tree_memory(root: int) -> tuple[float, float]:
+    """(RSS, PSS) in MiB of `root` and its descendants, from /proc/<pid>/smaps_rollup.
+
+    RSS counts a page shared by a forked child once per process; PSS splits it between them, so the PSS of
+    a process tree is what it really occupies."""
+    rss = pss = 0
+    for pid in tree_pids(root):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key == "Rss":
+                    rss += int(value.split()[0])
+                elif key == "Pss":
+                    pss += int(value.split()[0])
+    return rss / 1024, pss / 1024
 
 
 def command_cpu(name: str) -> float:
@@ -145,11 +169,42 @@ def command_cpu(name: str) -> float:
     return total / CLOCK_TICKS
 
 
+def backend_ticks(conn, dbname: str) -> dict[int, int]:
+    """CPU ticks of every PostgreSQL backend serving `dbname` but `conn`'s own: another benchmark may be
+    using other databases of the same server at the same moment."""
+    ticks = {}
+    with conn.cursor() as cur:
+        cur.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", (dbname,))
+        pids = [row[0] for row in cur.fetchall()]
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            ticks[pid] = _stat(pid)[1]
+    return ticks
+
+
+def backend_cpu_since(conn, dbname: str, before: dict[int, int]) -> float:
+    """CPU seconds `dbname`'s backends used since `before` (a backend_ticks reading); backends that ended
+    meanwhile are lost, so keep the measured processes' connections open."""
+    after = backend_ticks(conn, dbname)
+    return sum(ticks - before.get(pid, 0) for pid, ticks in after.items()) / CLOCK_TICKS
+
+
 # ----------------------------------------------------------------------------------------------
 # baselines
 
 
-def ensure_database() -> None:
+def database_url(name: str) -> str:
+    return f"postgresql://{PG['user']}:{PG['password']}@{PG['host']}:{PG['port']}/{name}"
+
+
+def fresh_database(name: str) -> None:
+    """Database `name`, created if missing, with an empty public schema."""
+    ensure_database(name)
+    reset_schema(name)
+
+
+def ensure_database(name: str | None = None) -> None:
+    name = name or DB_NAME
     try:
         conn = psycopg2.connect(dbname="postgres", **PG)
     except psycopg2.Error as exc:
@@ -157,19 +212,19 @@ def ensure_database() -> None:
     conn.autocommit = True
     try:
         with conn.cursor() as cur:
-            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (DB_NAME,))
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
             if cur.fetchone() is None:
                 try:
-                    cur.execute(f"CREATE DATABASE {DB_NAME} OWNER vigil")
+                    cur.execute(f"CREATE DATABASE {name} OWNER vigil")
                 except psycopg2.Error as exc:
-                    raise BenchError(f"could not create {DB_NAME} ({exc.pgerror or exc}); create it with\n"
-                                     f"  runuser -u postgres -- psql -c \"CREATE DATABASE {DB_NAME} OWNER vigil\"") from None
+                    raise BenchError(f"could not create {name} ({exc.pgerror or exc}); create it with\n"
+                                     f"  runuser -u postgres -- psql -c \"CREATE DATABASE {name} OWNER vigil\"") from None
     finally:
         conn.close()
 
 
-def reset_schema() -> None:
-    conn = psycopg2.connect(dbname=DB_NAME, **PG)
+def reset_schema(name: str | None = None) -> None:
+    conn = psycopg2.connect(dbname=name or DB_NAME, **PG)
     conn.autocommit = True
     with conn.cursor() as cur:
         cur.execute("DROP SCHEMA IF EXISTS public CASCADE")
@@ -243,6 +298,77 @@ def seed_page_monitors(env: dict, base: str, n: int, make_spec, next_due) -> Non
     fetcher.close()
     with contextlib.suppress(AttributeError):
         database.obj.close_all()  # the bench's pooled connection; the worker opens its own
+
+
+def change_spec(interval_seconds: int, ttl_seconds: int = 86400):
+    """make_spec for seed_page_monitors: a change monitor on page i, every interval_seconds."""
+    from engine.checks import CheckSpec
+    from engine.spec import MonitorSpec
+
+    def spec(i: int, source) -> MonitorSpec:
+        return MonitorSpec(description=f"bench page {i} changes", source=source, check=CheckSpec("change"),
+                           on_match="", interval_seconds=interval_seconds, ttl_seconds=ttl_seconds, max_wakes=1)
+
+    return spec
+
+
+def clone_monitors(dbname: str, template_id: str, count: int, first_due: datetime, spread_seconds: float,
+                   interval_seconds: int, expires_at: datetime, prefix: str = "clone", per_user: int = 50,
+                   per_conversation: int = 10) -> None:
+    """`count` copies of monitor `template_id`'s row in one INSERT … SELECT: every column as the template has
+    it (so as create_monitor stored it) but the id, owner, conversation, interval, due and expiry times.
+
+    The owners are new users with `per_user` monitors each, `per_conversation` in each of their conversations.
+    Due times are spread evenly over [first_due, first_due + spread_seconds), in an order unrelated to the
+    insertion order, as they are after a while in a real deployment."""
+    users = math.ceil(count / per_user)
+    conversations = math.ceil(per_user / per_conversation)
+    step = 7919 if math.gcd(7919, count) == 1 else 7907  # a prime coprime to count: g -> g*step % count shuffles
+    conn = psycopg2.connect(dbname=dbname, **PG)
+    try:
+        with conn, conn.cursor() as cur:
+            cur.execute("SELECT column_name FROM information_schema.columns WHERE table_schema = 'public' "
+                        "AND table_name = 'monitors'")
+            own = {"id", "user_id", "conversation_id", "interval_seconds", "next_check_at", "expires_at"}
+            rest = [f'"{name}"' for (name,) in cur.fetchall() if name not in own]
+            cur.execute("INSERT INTO users (email, password_hash, created_at) SELECT %s || '-' || g || "
+                        "'@bench.example', '-', now() FROM generate_series(1, %s) g", (prefix, users))
+            cur.execute("INSERT INTO conversations (user_id, external_id, channel, agent_id, title, created_at, "
+                        "updated_at) SELECT u.id, %s || '-' || u.id || '-' || k, 'chat', '', '', now(), now() "
+                        "FROM users u CROSS JOIN generate_series(1, %s) k WHERE u.email LIKE %s ORDER BY u.id, k",
+                        (prefix, conversations, f"{prefix}-%@bench.example"))
+            cur.execute(
+                f"WITH conv AS (SELECT id, user_id, row_number() OVER (ORDER BY id) - 1 AS k FROM conversations "
+                f"WHERE external_id LIKE %(like)s) "
+                f'INSERT INTO monitors (id, user_id, conversation_id, interval_seconds, next_check_at, expires_at, '
+                f'{", ".join(rest)}) '
+                f"SELECT %(prefix)s || '-' || g, c.user_id, c.id, %(interval)s, "
+                f"%(first)s + ((g::bigint * %(step)s) %% %(count)s) * %(gap)s * interval '1 second', %(expires)s, "
+                f'{", ".join("t." + name for name in rest)} '
+                f"FROM generate_series(0, %(count)s - 1) g JOIN conv c ON c.k = g / %(per_conv)s "
+                f"CROSS JOIN monitors t WHERE t.id = %(template)s",
+                {"like": f"{prefix}-%", "prefix": prefix, "interval": interval_seconds, "first": first_due,
+                 "step": step, "count": count, "gap": spread_seconds / count, "expires": expires_at,
+                 "per_conv": per_conversation, "template": template_id})
+            if cur.rowcount != count:
+                raise BenchError(f"cloned {cur.rowcount} monitors, not {count}")
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("ANALYZE")  # as autovacuum would soon after such an insert
+    finally:
+        conn.close()
+
+
+def record(name: str, rows: list[dict]) -> None:
+    """The headline figures, for bench/run_all.py's summary: bench/results/<name>.json."""
+    (RESULTS / f"{name}.json").write_text(json.dumps({"benchmark": name, "rows": rows}, indent=1) + "\n")
+
+
+def figure(name: str, vigil: str, baseline: str, ratio: float | None, goal: str = "—",
+           met: bool | None = None) -> dict:
+    """One row of the summary: what was measured, Vigil's value and the baseline's, as displayed."""
+    return {"figure": name, "vigil": vigil, "baseline": baseline,
+            "ratio": None if ratio is None or ratio != ratio else round(ratio, 3), "goal": goal, "met": met}
 
 
 def prepare() -> tuple[list[str], Processes]:

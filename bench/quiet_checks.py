@@ -38,9 +38,9 @@ import redis  # noqa: E402
 import requests  # noqa: E402
 
 from bench.common import (  # noqa: E402,F401  (some re-exported: the other benchmarks import them from here)
-    DATABASE_URL, DB_NAME, PG, PYTHON, REDIS_URL, RESULTS, VIGIL, BenchError, Processes, failed, hold_signals,
-    prepare, publish, command_cpu, ensure_database, free_port, reset_schema, seed_page_monitors, tree_cpu,
-    tree_size, versions, wait_listening,
+    DATABASE_URL, DB_NAME, PG, PYTHON, REDIS_URL, RESULTS, VIGIL, BenchError, Processes, change_spec, failed,
+    hold_signals, prepare, publish, command_cpu, ensure_database, free_port, reset_schema, seed_page_monitors,
+    tree_cpu, tree_size, versions, wait_listening,
 )
 from bench.pages import page_html  # noqa: E402
 from engine.content import html_to_text  # noqa: E402
@@ -122,14 +122,7 @@ def merge(name: str, runs: list[Measure]) -> Measure:
 
 def create_monitors(base: str, n: int) -> None:
     """N change monitors on never-changing pages, all due at once."""
-    from engine.checks import CheckSpec
-    from engine.spec import MonitorSpec
-
-    def spec(i: int, source) -> MonitorSpec:
-        return MonitorSpec(description=f"bench page {i} changes", source=source, check=CheckSpec("change"),
-                           on_match="", interval_seconds=INTERVAL_SECONDS, ttl_seconds=86400, max_wakes=1)
-
-    seed_page_monitors(VIGIL_ENV, base, n, spec, lambda now: now - timedelta(seconds=1))
+    seed_page_monitors(VIGIL_ENV, base, n, change_spec(INTERVAL_SECONDS), lambda now: now - timedelta(seconds=1))
 
 
 class Stats:

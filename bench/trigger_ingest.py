@@ -28,7 +28,6 @@ import uuid
 from collections import Counter
 from datetime import datetime, timezone
 from pathlib import Path
-from unittest import mock
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -114,14 +113,6 @@ def serve_baseline(port: int) -> int:
 
 # ----------------------------------------------------------------------------------------------
 # database
-
-
-def fresh_database() -> None:
-    """vigil_bench_triggers, created if missing, with an empty public schema (quiet_checks' helpers, pointed
-    at this bench's own database so a judge_calls/quiet_checks run at the same moment is left alone)."""
-    with mock.patch.object(common, "DB_NAME", DB_NAME):
-        common.ensure_database()
-        common.reset_schema()
 
 
 def create_monitors(base: str, token: str) -> dict[str, str]:
@@ -308,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         print(f"setting up (database {DB_NAME}, Redis db 10) …", flush=True)
-        fresh_database()
+        common.fresh_database(DB_NAME)  # its own: a judge_calls/quiet_checks run at the same moment is left alone
         rds = redis.Redis.from_url(REDIS_URL)
         rds.flushdb()
         port, base_port = free_port(), free_port()

@@ -7,7 +7,6 @@ import http.client
 import itertools
 import json
 import math
-import os
 import re
 import signal
 import subprocess
@@ -28,7 +27,9 @@ import requests  # noqa: E402
 
 import psycopg2  # noqa: E402
 
-from bench.common import PG, PYTHON, RESULTS, BenchError, Processes, _stat, tree_cpu  # noqa: E402
+from bench.common import (  # noqa: E402
+    PG, PYTHON, RESULTS, BenchError, Processes, backend_cpu_since, backend_ticks, tree_cpu,
+)
 
 DB_NAME = "vigil_bench_triggers"
 DATABASE_URL = f"postgresql://vigil:vigil@127.0.0.1:5432/{DB_NAME}"
@@ -36,7 +37,6 @@ REDIS_URL = "redis://127.0.0.1:6379/10"
 MONITORS = 20
 EMAIL = "trigger-bench@example.com"
 CONVERSATION = "trigger-bench-"
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 #: process (and log file) names: another benchmark may be running at the same moment with its own
 WEB, WORKER, SCHEDULER, BASELINE = "triggers-web", "triggers-worker", "triggers-scheduler", "triggers-baseline"
 BASELINE_TABLE = "bench_baseline_deliveries"
@@ -60,22 +60,14 @@ class Db:
         return self.query(sql, args)[0][0]
 
     def backend_cpu(self) -> dict[int, int]:
-        """CPU ticks of every PostgreSQL backend serving this database (but the bench's own): another
-        benchmark may be using other databases of the same server at the same moment."""
-        ticks = {}
-        for (pid,) in self.query("SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> %s",
-                                 (DB_NAME, self.pid)):
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                ticks[pid] = _stat(pid)[1]
-        return ticks
+        return backend_ticks(self.conn, DB_NAME)
 
     def close(self) -> None:
         self.conn.close()
 
 
 def pg_cpu_since(db: Db, before: dict[int, int]) -> float:
-    after = db.backend_cpu()
-    return sum(ticks - before.get(pid, 0) for pid, ticks in after.items()) / CLOCK_TICKS
+    return backend_cpu_since(db.conn, DB_NAME, before)
 
 
 @dataclass

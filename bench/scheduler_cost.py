@@ -1,0 +1,245 @@
+#!/usr/bin/env python
+"""Scheduler benchmark: does the scheduler's cost follow the number of due monitors, or the number armed?
+
+    .venv/bin/python bench/scheduler_cost.py [--armed 100000] [--due 1000] [--window 60]
+
+Two phases, each on a freshly migrated database (vigil_bench_sched, created if missing, schema dropped and
+recreated with `vigil migrate`; Redis db 9, flushed) with a real `vigil scheduler` (production settings: tick
+1 s, batch 500) and no worker: the enqueued checks just wait in Redis.
+
+- armed: `--armed` polled monitors whose due times are spread evenly over their interval, so `--due` of them
+  come due during the `--window` seconds measured (100,000 with a 100-minute interval: 1% a minute);
+- baseline: `--due` armed monitors, all of which come due during the window.
+
+The monitors are copies of one made by create_monitor after a real baseline check, inserted in one SQL
+statement. CPU is /proc utime+stime of the scheduler process and of the PostgreSQL backends serving this
+database. The claims made in each window are counted: both phases must claim the same number.
+Nothing asserts on time; see bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import psycopg2  # noqa: E402
+import redis  # noqa: E402
+
+from bench.common import (  # noqa: E402
+    PG, PYTHON, RESULTS, VIGIL, BenchError, Processes, backend_cpu_since, backend_ticks, change_spec,
+    clone_monitors, database_url, failed, figure, fresh_database, free_port, hold_signals, prepare, publish,
+    record, seed_page_monitors, tree_cpu, versions, wait_listening,
+)
+from tests.processes import vigil as vigil_command  # noqa: E402
+
+DB_NAME = "vigil_bench_sched"
+REDIS_URL = "redis://127.0.0.1:6379/9"
+ENV = {"DATABASE_URL": database_url(DB_NAME), "REDIS_URL": REDIS_URL, "FETCH_ALLOW_LOOPBACK": "true",
+       "LOG_LEVEL": "WARNING", "SECRET_KEY": "bench-only-secret-key-not-used-for-anything-real",
+       "VIGIL_DATA_DIR": str(RESULTS / "var")}
+#: the scheduler runs this long, idle, before the first monitor comes due (start-up, imports, connection)
+LEAD_SECONDS = 8.0
+#: after the window, long enough for the tick that claims the last due monitor (ticks are 1 s apart)
+TAIL_SECONDS = 2.0
+SCHEDULER = "sched-scheduler"
+GOAL = 1.5
+
+
+@dataclass
+class Phase:
+    name: str
+    armed: int
+    wall: float = 0.0
+    scheduler_cpu: float = 0.0
+    pg_cpu: float = 0.0
+    claims: int = 0
+    claimed_early: int = 0
+    left_due: int = 0
+    seq_scans: int = 0
+    idx_scans: int = 0
+    queued: int = 0
+
+    def per_minute(self, seconds: float) -> float:
+        return 60 * seconds / self.wall if self.wall else float("nan")
+
+    @property
+    def total(self) -> float:
+        return self.scheduler_cpu + self.pg_cpu
+
+
+class Db:
+    """The bench's own autocommit connection to vigil_bench_sched."""
+
+    def __init__(self) -> None:
+        self.conn = psycopg2.connect(dbname=DB_NAME, application_name="scheduler-bench", **PG)
+        self.conn.autocommit = True
+
+    def scalar(self, sql: str, args: tuple = ()):
+        with self.conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchone()[0]
+
+    def scans(self) -> tuple[int, int]:
+        """Sequential and index scans of the monitors table so far (flushed by each backend about every second)."""
+        with self.conn.cursor() as cur:
+            cur.execute("SELECT pg_stat_force_next_flush()")
+            cur.execute("SELECT seq_scan, idx_scan FROM pg_stat_user_tables WHERE relname = 'monitors'")
+            seq, idx = cur.fetchone()
+            return seq, idx or 0
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def seed(base: str, armed: int, due: int, window: float, interval: int) -> datetime:
+    """A fresh schema with `armed` monitors of which `due` come due in [t0, t0 + window); returns t0 (naive UTC)."""
+    fresh_database(DB_NAME)
+    try:
+        vigil_command("migrate", env=ENV)
+    except AssertionError as exc:
+        raise BenchError(str(exc)) from None
+    seed_page_monitors(ENV, base, 1, change_spec(interval), lambda now: now + timedelta(days=1))
+    conn = psycopg2.connect(dbname=DB_NAME, **PG)
+    with conn, conn.cursor() as cur:
+        cur.execute("SELECT id, created_at FROM monitors")
+        template, created = cur.fetchone()
+    t0 = utcnow() + timedelta(seconds=LEAD_SECONDS + 4 + armed / 20000)  # the insert takes a while
+    expires = created + timedelta(days=29)
+    # `due` spread over the window; the rest over the remainder of one interval, but for the few seconds after
+    # the window that are measured too (TAIL_SECONDS), so that both phases claim exactly `due`
+    clone_monitors(DB_NAME, template, due, t0, window, interval, expires, prefix="due")
+    if armed > due:
+        later = window + TAIL_SECONDS
+        clone_monitors(DB_NAME, template, armed - due, t0 + timedelta(seconds=later), window * armed / due - later,
+                       interval, expires, prefix="later")
+    with conn, conn.cursor() as cur:
+        cur.execute("DELETE FROM monitors WHERE id = %s", (template,))
+    conn.close()
+    return t0
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc).replace(tzinfo=None)  # as the tables store times
+
+
+def sleep_until(when: datetime, procs: Processes) -> None:
+    while (left := (when - utcnow()).total_seconds()) > 0:
+        procs.check_alive()
+        time.sleep(min(left, 0.5))
+
+
+def run_phase(name: str, base: str, armed: int, due: int, window: float, interval: int, procs: Processes) -> Phase:
+    print(f"{name}: {armed:,} armed monitors, {due:,} due within {window:g}s …", flush=True)
+    t0 = seed(base, armed, due, window, interval)
+    rds = redis.Redis.from_url(REDIS_URL)
+    rds.flushdb()
+    scheduler = procs.start(SCHEDULER, [VIGIL, "scheduler"], ENV)
+    db = Db()
+    try:
+        sleep_until(t0, procs)
+        phase = Phase(name, armed)
+        phase.claimed_early = db.scalar("SELECT coalesce(sum(claim_seq), 0) FROM monitors")
+        seq0, idx0 = db.scans()
+        pg0, cpu0, wall0 = backend_ticks(db.conn, DB_NAME), tree_cpu(scheduler.pid), time.perf_counter()
+        sleep_until(t0 + timedelta(seconds=window + TAIL_SECONDS), procs)
+        phase.scheduler_cpu = tree_cpu(scheduler.pid) - cpu0
+        phase.pg_cpu = backend_cpu_since(db.conn, DB_NAME, pg0)
+        phase.wall = time.perf_counter() - wall0
+        seq1, idx1 = db.scans()
+        phase.seq_scans, phase.idx_scans = seq1 - seq0, idx1 - idx0
+        phase.claims = db.scalar("SELECT coalesce(sum(claim_seq), 0) FROM monitors") - phase.claimed_early
+        phase.left_due = db.scalar("SELECT count(*) FROM monitors WHERE status = 'active' AND next_check_at <= %s",
+                                   (t0 + timedelta(seconds=window),))
+        phase.queued = sum(rds.llen(key) for key in rds.keys("dramatiq:*") if rds.type(key) == b"list")
+    finally:
+        db.close()
+        procs.stop(SCHEDULER)
+    print(f"  {phase.claims:,} claims in {phase.wall:.1f}s; scheduler {phase.per_minute(phase.scheduler_cpu):.3f} "
+          f"CPU-s/min, PostgreSQL {phase.per_minute(phase.pg_cpu):.3f} CPU-s/min", flush=True)
+    return phase
+
+
+def report(args, header: list[str], vers: str, armed: Phase, small: Phase) -> tuple[str, list[dict]]:
+    def ratio(a: float, b: float) -> float:
+        return a / b if b else float("nan")
+
+    def f(value: float) -> str:
+        return "n/a" if value != value else f"{value:.3f}"
+
+    total_ratio = ratio(armed.per_minute(armed.total), small.per_minute(small.total))
+    same = armed.claims == small.claims == args.due and not armed.claimed_early and not small.claimed_early
+    lines = ["# Vigil scheduler: cost per minute with many armed monitors vs. few", "", *header, f"- {vers}",
+             f"- `vigil scheduler` (tick 1 s, batch 500), no worker; PostgreSQL database {DB_NAME}, Redis db 9; "
+             f"interval {args.interval:,} s; each phase measured over its {args.window:g} s window + {TAIL_SECONDS:g} s",
+             "", "| phase | armed | claims in window | wall s | scheduler CPU-s/min | PostgreSQL CPU-s/min "
+             "| total CPU-s/min | CPU-ms per claim | monitors seq scans/min | index scans/min |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in (armed, small):
+        lines.append(f"| {p.name} | {p.armed:,} | {p.claims:,} | {p.wall:.1f} | {f(p.per_minute(p.scheduler_cpu))} | "
+                     f"{f(p.per_minute(p.pg_cpu))} | {f(p.per_minute(p.total))} | "
+                     f"{f(1000 * p.total / p.claims) if p.claims else 'n/a'} | {p.per_minute(p.seq_scans):.0f} | "
+                     f"{p.per_minute(p.idx_scans):.0f} |")
+    rows = [
+        ("total CPU per minute (scheduler + PostgreSQL), armed ÷ baseline", total_ratio, f"≤ {GOAL:g}",
+         total_ratio <= GOAL),
+        ("scheduler process CPU per minute, armed ÷ baseline",
+         ratio(armed.per_minute(armed.scheduler_cpu), small.per_minute(small.scheduler_cpu)), "—", None),
+        ("PostgreSQL backend CPU per minute, armed ÷ baseline",
+         ratio(armed.per_minute(armed.pg_cpu), small.per_minute(small.pg_cpu)), "—", None)]
+    lines += ["", "| ratio (same run) | measured | goal | met |", "|---|---:|---:|:---:|"]
+    lines += [f"| {label} | {f(value)} | {goal} | {'—' if met is None else 'yes' if met else 'NO'} |"
+              for label, value, goal, met in rows]
+    lines += ["", "Checks:", "",
+              f"- claims in the window: {armed.claims:,} with {armed.armed:,} armed, {small.claims:,} with "
+              f"{small.armed:,} armed, {args.due:,} planned; claims before the window {armed.claimed_early} and "
+              f"{small.claimed_early}: {'OK, the same work in both phases' if same else 'WARNING: NOT THE SAME WORK'}",
+              f"- still due at the end of the window (claim lagging): {armed.left_due} and {small.left_due}",
+              f"- check batches waiting in Redis (no worker runs): {armed.queued} and {small.queued}",
+              f"- load average at end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}"]
+    figures = [figure(f"scheduler CPU/min, {armed.armed:,} armed vs {small.armed:,}, {args.due:,} due/min",
+                      f"{f(armed.per_minute(armed.total))} s/min", f"{f(small.per_minute(small.total))} s/min",
+                      total_ratio, f"≤ {GOAL:g}", total_ratio <= GOAL and same)]
+    return "\n".join(lines) + "\n", figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Scheduler cost: many armed monitors vs. few, same number due.")
+    parser.add_argument("--armed", type=int, default=100_000, help="armed monitors in the first phase (default 100000)")
+    parser.add_argument("--due", type=int, default=1000,
+                        help="monitors due in each window, and armed in the baseline phase (default 1000)")
+    parser.add_argument("--window", type=float, default=60.0, help="measured seconds per phase (default 60)")
+    args = parser.parse_args(argv)
+    if not 0 < args.due <= args.armed:
+        parser.error("--due must be between 1 and --armed")
+    args.interval = round(args.window * args.armed / args.due)  # so `due` of `armed` come due per window
+    header, procs = prepare()
+    try:
+        port = free_port()
+        procs.start("sched-pages", [PYTHON, "-m", "bench.pages", "--count", "1", "--port", str(port)])
+        wait_listening(port, procs)
+        base = f"http://127.0.0.1:{port}"
+        armed = run_phase("armed", base, args.armed, args.due, args.window, args.interval, procs)
+        small = run_phase("baseline", base, args.due, args.due, args.window, args.interval, procs)
+        text_out, figures = report(args, header, versions(), armed, small)
+    except (KeyboardInterrupt, BenchError) as exc:
+        return failed(exc)
+    finally:
+        hold_signals()
+        procs.stop()
+        with contextlib.suppress(Exception):
+            redis.Redis.from_url(REDIS_URL).flushdb()
+    record("scheduler_cost", figures)
+    return publish("scheduler_cost.md", text_out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
