@@ -15,6 +15,7 @@ from litestar.enums import HttpMethod
 from litestar.params import FromPath, JSONBody
 from litestar.response import Template
 
+from app.openapi import ApprovalState, errors
 from app.pages import Form
 from engine.links import app_base, origin, public_base
 from engine.tokens import token_digest
@@ -49,18 +50,19 @@ class ApprovalsController(Controller):
         status, found, message = _decide(token, data.get("decision", ""), data.get("comment", ""))
         return _page(token, view(found, utcnow()) if found else None, status=status, message=message)
 
-    @get("/api/approvals/{token:str}", sync_to_thread=True)
-    def read(self, request: Request, token: FromPath[str]) -> Response:
+    @get("/api/approvals/{token:str}", sync_to_thread=True, responses=errors(403, 404))
+    def read(self, request: Request, token: FromPath[str]) -> Response[ApprovalState]:
         if _own_fetcher(request):
-            return _refused_fetcher()
+            return _refused_fetcher(as_json=True)
         with connection():
             found = find(token)
             if found is None:
                 return Response({"detail": "Not found."}, status_code=404, headers=HEADERS)
             return Response({**view(found, utcnow()).as_json(), "nonce": nonce(token)}, headers=HEADERS)
 
-    @post("/api/approvals/{token:str}", status_code=200, sync_to_thread=True)
-    def decide_json(self, request: Request, token: FromPath[str], data: JSONBody[Any]) -> Response:
+    @post("/api/approvals/{token:str}", status_code=200, sync_to_thread=True,
+          responses=errors(400, 403, 404, 409, 410))
+    def decide_json(self, request: Request, token: FromPath[str], data: JSONBody[Any]) -> Response[ApprovalState]:
         data = data if isinstance(data, dict) else {}
         refusal = _refusal(request, token, data.get("nonce"), as_json=True)
         if refusal is not None:
@@ -95,7 +97,7 @@ def _decide(token: str, decision: str, comment: str) -> tuple[int, object, str]:
 def _refusal(request: Request, token: str, sent_nonce: str | None, as_json: bool = False) -> Response | None:
     """Our own fetchers, a foreign Origin, or a missing/wrong nonce: nothing is decided."""
     if _own_fetcher(request):
-        return _refused_fetcher()
+        return _refused_fetcher(as_json)
     sent_origin = request.headers.get("origin")
     # Under Referrer-Policy: no-referrer a browser's form POST says "Origin: null": no origin, not a foreign one.
     if sent_origin and sent_origin != "null" and sent_origin.lower() not in _our_origins(request):
@@ -120,9 +122,12 @@ def _own_fetcher(request: Request) -> bool:
     return request.headers.get("user-agent", "").startswith(OWN_AGENT)
 
 
-def _refused_fetcher() -> Response:
-    return Response("Vigil's own clients can't open approval links.", status_code=403, media_type="text/plain",
-                    headers=HEADERS)
+def _refused_fetcher(as_json: bool = False) -> Response:
+    """403 for one of our own fetchers; in JSON on the JSON twin, like its other refusals."""
+    problem = "Vigil's own clients can't open approval links."
+    if as_json:
+        return Response({"detail": problem}, status_code=403, headers=HEADERS)
+    return Response(problem, status_code=403, media_type="text/plain", headers=HEADERS)
 
 
 def _page(token: str, approval, status: int = 200, message: str | None = None) -> Template:

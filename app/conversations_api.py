@@ -7,6 +7,7 @@ from litestar.exceptions import NotFoundException, ValidationException
 from litestar.params import FromPath, FromQuery
 
 from app.auth import token_user
+from app.openapi import MessagePage, errors
 from models import connection
 from models.conversations import find_conversation, message_json, messages_after
 
@@ -16,9 +17,9 @@ MAX_LIMIT = 500
 class ConversationsController(Controller):
     path = "/api/conversations"
 
-    @get("/{conversation_id:str}/messages", sync_to_thread=True)
+    @get("/{conversation_id:str}/messages", sync_to_thread=True, responses=errors(400, 401, 404))
     def messages(self, request: Request, conversation_id: FromPath[str], after: FromQuery[str] = "0",
-                 limit: FromQuery[int] = 100) -> dict:
+                 limit: FromQuery[int] = 100) -> MessagePage:
         cursor = _cursor(after)
         if not 1 <= limit <= MAX_LIMIT:
             raise ValidationException(f"limit must be between 1 and {MAX_LIMIT}.")

@@ -7,6 +7,7 @@ from litestar.exceptions import NotFoundException, ValidationException
 from litestar.params import FromPath, FromQuery
 
 from app.auth import api_user, bearer_token, check_csrf, session_user
+from app.openapi import MonitorList, Secret, errors
 from app.templating import render
 from models import connection, utcnow
 from models.triggers import reveal_secret
@@ -23,9 +24,9 @@ NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 class MonitorsController(Controller):
     path = "/api/monitors"
 
-    @get("/", sync_to_thread=True)
+    @get("/", sync_to_thread=True, responses=errors(400, 401))
     def list_monitors(self, request: Request, conversation_id: FromQuery[str | None] = None,
-                      status: FromQuery[str | None] = None) -> dict:
+                      status: FromQuery[str | None] = None) -> MonitorList:
         if status not in (None, "live", "all"):
             raise ValidationException("status must be live or all.")
         user, _ = api_user(request)
@@ -36,8 +37,8 @@ class MonitorsController(Controller):
             monitors = user_monitors(user, conversation, live=status == "live")
             return {"monitors": [monitor_json(m) for m in monitors]}
 
-    @get("/{monitor_id:str}/secret", sync_to_thread=True)
-    def secret(self, request: Request, monitor_id: FromPath[str]) -> Response:
+    @get("/{monitor_id:str}/secret", sync_to_thread=True, responses=errors(404, 429))
+    def secret(self, request: Request, monitor_id: FromPath[str]) -> Response[Secret]:
         """The signing secret, for the owner's own browser session only; audited, rate limited, never cached."""
         user = session_user(request)
         if user is None or bearer_token(request):
@@ -53,7 +54,8 @@ class MonitorsController(Controller):
             return Response(render("partials/_secret.html", secret=secret), media_type="text/html", headers=NO_STORE)
         return Response({"secret": secret}, headers=NO_STORE)
 
-    @post("/{monitor_id:str}/{action:str}", status_code=200, sync_to_thread=True)
+    @post("/{monitor_id:str}/{action:str}", status_code=200, sync_to_thread=True,
+          responses=errors(401, 403, 404, 409))
     def act(self, request: Request, monitor_id: FromPath[str], action: FromPath[str]) -> Response:
         if action not in ACTIONS:
             raise NotFoundException(f"Unknown action {action!r}; use pause, resume or cancel.")

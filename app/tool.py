@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Controller, Request, post
 from litestar.exceptions import ValidationException
-from litestar.params import JSONBody
+from litestar.params import Body
 
 from models import connection, utcnow
 from models.conversations import ConversationRefused, conversation_for
 from models.tool_actions import CreateContext, ToolError, monitor_cancel, monitor_create, monitor_list
 from app.auth import token_user
+from app.openapi import TOOL_CALL, ToolReply, errors
 from engine.links import app_base, public_base
 from app.settings import limits_from
 from tasks.events import publish_monitor
@@ -23,8 +24,8 @@ ACTIONS = ("monitor_create", "monitor_list", "monitor_cancel")
 class ToolController(Controller):
     path = "/api/tool"
 
-    @post("/monitor", status_code=200, sync_to_thread=True)
-    def monitor(self, request: Request, data: JSONBody[Any]) -> dict:
+    @post("/monitor", status_code=200, sync_to_thread=True, responses=errors(400, 401))
+    def monitor(self, request: Request, data: Annotated[Any, Body(schema_extra=TOOL_CALL)]) -> ToolReply:
         action, arguments, context = _parse_body(data)
         with connection():
             user = token_user(request)
@@ -72,4 +73,23 @@ def _parse_body(data: Any) -> tuple[str, dict, dict]:
     for name in ("channel", "agent_id"):
         if context.get(name) is not None and not isinstance(context[name], str):
             raise ValidationException(f"context.{name} must be a string.")
+    if _holds_nul(data):
+        raise ValidationException("Text in the call must not contain NUL characters (\\u0000); remove them.")
     return action, arguments, context
+
+
+def _holds_nul(data: Any) -> bool:
+    """Whether any string (key or value) holds U+0000, which PostgreSQL text can't store. No recursion: the
+    body may be nested as deep as the JSON parser allows."""
+    todo = [data]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return True
+        elif isinstance(item, dict):
+            todo.extend(item.keys())
+            todo.extend(item.values())
+        elif isinstance(item, list):
+            todo.extend(item)
+    return False

@@ -24,6 +24,8 @@ def conversation_for(user: User, external_id: str, channel: str, agent_id: str) 
 
 
 def find_conversation(user: User, external_id: str) -> Conversation | None:
+    if "\x00" in external_id:  # none is ever stored (PostgreSQL text can't hold NUL), and the query would fail
+        return None
     return Conversation.get_or_none((Conversation.external_id == external_id) & (Conversation.user == user))
 
 

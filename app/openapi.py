@@ -1,0 +1,95 @@
+"""What the API's answers look like, for the OpenAPI document only: the handlers build plain dicts.
+
+Each handler lists the statuses it really answers, so a client (or a schema fuzzer) can tell a refusal it
+must fix from a server fault. The shapes are TypedDicts: documentation, never validation of what we send.
+"""
+
+from typing import Any  # no `from __future__ import annotations`: TypedDict must see NotRequired itself
+
+from litestar.openapi.datastructures import ResponseSpec
+from litestar.openapi.spec import OpenAPIType, Schema
+from typing_extensions import NotRequired, TypedDict
+
+
+class ErrorBody(TypedDict):
+    """Every refusal: `detail` says what to fix. Litestar's own errors add status_code (and extra)."""
+    detail: str
+    status_code: NotRequired[int]
+    extra: NotRequired[Any]
+
+
+class ToolReply(TypedDict):
+    """The monitor tool's answer: ok with the action's result, or not ok with one sentence for the model."""
+    ok: bool
+    result: NotRequired[dict[str, Any]]
+    error: NotRequired[str]
+
+
+class MonitorList(TypedDict):
+    monitors: list[dict[str, Any]]
+
+
+class MessagePage(TypedDict):
+    messages: list[dict[str, Any]]
+    next_cursor: str
+
+
+class Accepted(TypedDict):
+    accepted: bool
+
+
+class Secret(TypedDict):
+    secret: str
+
+
+class ApprovalState(TypedDict):
+    question: str
+    details: str
+    options: list[str]
+    allow_comment: bool
+    expires_at: str | None
+    state: str
+    decision: str | None
+    comment: str | None
+    nonce: NotRequired[str]
+
+
+def _string(**extra: Any) -> Schema:
+    return Schema(type=OpenAPIType.STRING, **extra)
+
+
+def _optional_string() -> Schema:
+    return Schema(type=[OpenAPIType.STRING, OpenAPIType.NULL])
+
+
+#: The tool call's envelope; the handler checks it itself (in words for the model), so this only documents it.
+#: Each action's arguments are described in tool_schema/monitor.json.
+TOOL_CALL = {
+    "type": OpenAPIType.OBJECT,
+    "required": ["action", "context"],
+    "properties": {
+        "action": _string(enum=["monitor_create", "monitor_list", "monitor_cancel"]),
+        "arguments": Schema(type=OpenAPIType.OBJECT, description="The action's arguments (tool_schema/monitor.json)."),
+        "context": Schema(type=OpenAPIType.OBJECT, required=["conversation_id"], properties={
+            "conversation_id": _string(min_length=1, max_length=200, pattern=r"\S"),
+            "channel": _optional_string(), "agent_id": _optional_string()}),
+    },
+}
+
+_MEANINGS = {
+    400: "The request is malformed; detail says which part to fix.",
+    401: "A runtime token (Authorization: Bearer) is missing or unknown, or a webhook signature is wrong.",
+    403: "Refused: a missing or stale CSRF token or nonce, a foreign origin, or one of Vigil's own fetchers.",
+    404: "No such thing under these credentials (unknown, cancelled and used-up links look the same).",
+    405: "The method does nothing here.",
+    409: "The change conflicts with the current state (already decided, already cancelled...).",
+    410: "The request has expired.",
+    413: "The body is over the size limit.",
+    429: "Too many requests; slow down.",
+}
+
+
+def errors(*codes: int) -> dict[int, ResponseSpec]:
+    """The error answers of one handler, each with the shared ErrorBody shape."""
+    return {code: ResponseSpec(data_container=ErrorBody, description=_MEANINGS[code], generate_examples=False)
+            for code in codes}
