@@ -374,6 +374,9 @@ def figure(name: str, vigil: str, baseline: str, ratio: float | None, goal: str 
 def prepare() -> tuple[list[str], Processes]:
     """The results folder, Ctrl-C and SIGTERM as KeyboardInterrupt, the machine's description, a process keeper."""
     (RESULTS / "logs").mkdir(parents=True, exist_ok=True)
+    # every process started from here runs this checkout's code, also when it is a worktree other than the one
+    # the virtualenv's editable install points at (`vigil` would import that one's otherwise)
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     for sig in (signal.SIGINT, signal.SIGTERM):  # SIGINT too: a background job may have it ignored
         signal.signal(sig, _interrupt)
     return machine(), Processes(RESULTS / "logs")
