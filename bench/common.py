@@ -240,11 +240,14 @@ def machine() -> list[str]:
                 model = line.split(":", 1)[1].strip()
                 break
     load = Path("/proc/loadavg").read_text().split()[:3]
+    ram = "?"
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        ram = f"{int(Path('/proc/meminfo').read_text().split()[1]) / 1024 ** 2:.1f} GiB"
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                            capture_output=True, text=True).stdout.strip()
     return [f"- date: {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M:%S UTC')}",
-            f"- machine: nproc={os.cpu_count()} (usable {len(os.sched_getaffinity(0))}), CPU: {model}, "
+            f"- machine: nproc={os.cpu_count()} (usable {len(os.sched_getaffinity(0))}), CPU: {model}, RAM {ram}, "
             f"load average at start {' '.join(load)}",
             f"- Python {platform.python_version()}, git {rev or '?'}{' (+ uncommitted changes)' if dirty else ''}"]
 

@@ -44,7 +44,7 @@ from bench.quiet_checks import (  # noqa: E402
     DATABASE_URL, DB_NAME, INTERVAL_SECONDS, PG, PYTHON, VIGIL, VIGIL_ENV, BenchError, EventCounter, Processes,
     Stats, ensure_database, reset_schema, versions,
 )
-from bench.common import failed, hold_signals, prepare, publish, seed_page_monitors  # noqa: E402
+from bench.common import failed, figure, hold_signals, prepare, publish, record, seed_page_monitors  # noqa: E402
 from tests.judge_server import JudgeServer  # noqa: E402
 
 REDIS_URL = "redis://127.0.0.1:6379/12"
@@ -430,6 +430,11 @@ def main(argv: list[str] | None = None) -> int:
             judge.queue(*(("no_match", "match") * (args.monitors * args.rounds)))
         facts = run(args, procs, pages, base, judge)
         text_out = report(args, header, facts, versions())
+        calls, fired = facts["judge_calls"], facts["fired_served"]
+        changes = facts["kinds"].get("changed", 0) + facts["kinds"].get("fired", 0)
+        record("judge_calls", [figure(f"judge calls vs fired checks ({changes:,} changes in {facts['checks']:,} checks)",
+                                      f"{calls:,} calls", f"{fired:,} fired", calls / fired if fired else None,
+                                      "= 1", calls == fired)])
     except (KeyboardInterrupt, BenchError) as exc:
         return failed(exc)
     finally:

@@ -39,7 +39,7 @@ import requests  # noqa: E402
 
 from bench.common import (  # noqa: E402,F401  (some re-exported: the other benchmarks import them from here)
     DATABASE_URL, DB_NAME, PG, PYTHON, REDIS_URL, RESULTS, VIGIL, BenchError, Processes, change_spec, failed,
-    hold_signals, prepare, publish, command_cpu, ensure_database, free_port, reset_schema, seed_page_monitors,
+    figure, record, hold_signals, prepare, publish, command_cpu, ensure_database, free_port, reset_schema, seed_page_monitors,
     tree_cpu, tree_size, versions, wait_listening,
 )
 from bench.pages import page_html  # noqa: E402
@@ -371,6 +371,12 @@ def report(args, header: list[str], a: Measure, b: Measure, v: Measure, versions
              ("Vigil throughput ÷ baseline A throughput", v.rate / a.rate, "—", None),
              ("DB row writes per quiet check (n_tup_ins+upd+del, all tables)", rows / checks, "≤ 1", rows / checks <= 1),
              ("DB transactions per check (xact_commit+rollback, vigil_bench)", xacts / checks, "—", None)]
+    record("quiet_checks", [
+        figure("quiet check: worker CPU per check vs bare GET + sha256", f"{worker_ms:.3f} ms",
+               f"{a.ms(a.cpu):.3f} ms", cpu_ratio, "≤ 1.5", cpu_ratio <= 1.5),
+        figure("quiet checks/s per worker process vs GET + text + sha256 loop", f"{v.rate:,.0f}/s",
+               f"{b.rate:,.0f}/s", v.rate / b.rate, "≥ 0.8", v.rate / b.rate >= 0.8),
+        figure("database row writes per quiet check", f"{rows / checks:.2f}", "—", None, "≤ 1", rows / checks <= 1)])
     lines += ["| ratio (same run) | measured | goal | met |", "|---|---:|---:|:---:|"]
     for label, value, goal, met in goals:
         lines.append(f"| {label} | {fmt(value, 3)} | {goal} | {'—' if met is None else 'yes' if met else 'NO'} |")

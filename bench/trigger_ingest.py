@@ -41,7 +41,7 @@ from bench.quiet_checks import (  # noqa: E402
     PG, PYTHON, RESULTS, VIGIL, BenchError, Processes, free_port, tree_cpu, versions, wait_listening,
 )
 from tests.processes import vigil as vigil_command  # noqa: E402
-from bench.common import failed, hold_signals, prepare, publish  # noqa: E402
+from bench.common import failed, figure, hold_signals, prepare, publish, record  # noqa: E402
 from bench.trigger_parts import (  # noqa: E402
     Db, EventStream, Load, Paced, Profiler, bodies_and_keys, collect, fmt, paced, pct, post_load,
 )
@@ -185,6 +185,25 @@ def latency_rows(p: Paced) -> list[str]:
     return rows
 
 
+def figures(base: Load, ingest: Load, steady: Paced, sparse: Paced | None) -> list[dict]:
+    """The summary's rows: ingest against the bare endpoint (worker paused), wake latency at the SSE client."""
+    rows = [figure("trigger deliveries/s vs bare INSERT endpoint", f"{ingest.rate:,.0f}/s", f"{base.rate:,.0f}/s",
+                   ingest.rate / base.rate if base.rate else None, "≥ 0.7", ingest.rate >= 0.7 * base.rate)]
+    for p in (50, 99):
+        vigil, bare = pct(ingest.latencies, p), pct(base.latencies, p)
+        rows.append(figure(f"trigger 202 latency p{p} vs bare INSERT endpoint", f"{fmt(vigil)} ms", f"{fmt(bare)} ms",
+                           vigil / bare if bare else None))
+    for phase, goal in ((steady, 250.0), (sparse, None)):
+        if phase is None:
+            continue
+        waits = [phase.streamed[m] - phase.sent[m][1] for m in phase.sent if m in phase.streamed]
+        p50, p99 = pct(waits, 50), pct(waits, 99)
+        rows.append(figure(f"wake latency p50 / p99, 202 → SSE event, {phase.name}", f"{fmt(p50)} / {fmt(p99)} ms",
+                           "—", None, f"p99 ≤ {goal:g} ms" if goal else "—",
+                           p99 <= goal and len(waits) == len(phase.sent) if goal else None))
+    return rows
+
+
 def report(args, header: list[str], vers: str, base: Load, ingest: Load, live: Load, drain: tuple[int, float, float],
            steady: Paced, sparse: Paced | None, checks: list[str], stream: EventStream) -> str:
     goal_ratio = ingest.rate / base.rate if base.rate else float("nan")
@@ -193,6 +212,7 @@ def report(args, header: list[str], vers: str, base: Load, ingest: Load, live: L
     drained, drain_wall, drain_cpu = drain
     worker_note = (f" (worker with dramatiq_worker_timeout={args.worker_timeout} ms)" if args.worker_timeout
                    else "")
+    record("trigger_ingest", figures(base, ingest, steady, sparse))
     lines = ["# Vigil trigger ingest vs. a bare INSERT", "", *header, f"- {vers}",
              f"- Vigil: `vigil web` (uvicorn, 1 process), `python -m dramatiq tasks.main --processes 1 --threads 4`, "
              f"`vigil scheduler`{worker_note}; PostgreSQL database {DB_NAME}, Redis db 10; {MONITORS} unsigned webhook monitors "
