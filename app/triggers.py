@@ -13,7 +13,7 @@ from litestar.params import FromPath
 
 from engine.signatures import delivery_id, is_github_ping, verify
 from models import connection, utcnow
-from models.triggers import live_link, store_delivery
+from models.triggers import LinkEnded, find_link, is_live, store_delivery
 from tasks.deliveries import process_delivery
 from tasks.runtime import current
 
@@ -61,19 +61,22 @@ def _deliver(token: str, headers: dict, body: bytes) -> Response:
     runtime = current()
     settings = runtime.settings
     with connection():
-        link = live_link(token, utcnow())
+        link = find_link(token)
         if link is None:
             return _answer(404, NOT_FOUND)
         refusal = _admit(link, headers, body, runtime)
-        if refusal is not None:
-            return refusal
-        if link.signature == "github" and is_github_ping(headers):
-            return _answer(202, {"accepted": True})
+        if refusal is None and link.signature == "github" and is_github_ping(headers):
+            refusal = _answer(202, {"accepted": True})
         text = _text(body)
-        if text is None:
-            return _answer(400, {"detail": "The body must be UTF-8 text without NUL characters."})
-        stored = store_delivery(link, delivery_id(link.signature, headers), text, headers.get("content-type", ""),
-                                utcnow(), settings.TRIGGER_DEDUPE_WINDOW_SECONDS)
+        if refusal is None and text is None:
+            refusal = _answer(400, {"detail": "The body must be UTF-8 text without NUL characters."})
+        if refusal is not None:  # an ended link answers 404 whatever else is wrong with the request
+            return refusal if is_live(link.id, utcnow()) else _answer(404, NOT_FOUND)
+        try:
+            stored = store_delivery(link, delivery_id(link.signature, headers), text,
+                                    headers.get("content-type", ""), utcnow(), settings.TRIGGER_DEDUPE_WINDOW_SECONDS)
+        except LinkEnded:
+            return _answer(404, NOT_FOUND)
     if stored is not None:
         _enqueue(stored)
     return _answer(202, {"accepted": True})

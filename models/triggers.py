@@ -10,7 +10,6 @@ import peewee
 
 from engine.crypto import Keyring
 from engine.tokens import new_token, token_digest
-from models.claims import as_time
 from models.db import database, utcnow
 from models.tables import LIVE, AuditEvent, Delivery, Monitor, TriggerLink
 
@@ -28,44 +27,65 @@ def create_link(monitor: Monitor, signature: str, secret: str, max_hits: int, ke
 
 
 @dataclass(frozen=True)
-class LiveLink:
-    """What answering a delivery needs of its link."""
+class Link:
+    """What answering a delivery needs of its link; none of it changes while the link exists."""
     id: int
     signature: str
     secret_encrypted: str
 
 
-_LIVE_LINK_SQL = (
-    "SELECT l.id, l.signature, l.secret_encrypted, l.max_hits, l.hits, l.expires_at, l.revoked_at, m.status "
-    "FROM trigger_links l JOIN monitors m ON m.id = l.monitor_id WHERE l.token_digest = {p}")
+class LinkEnded(Exception):
+    """The link is expired, revoked, used up or its monitor has ended: answered like an unknown one."""
 
 
-def live_link(token: str, now: datetime) -> LiveLink | None:
-    """The link if it is known, unexpired, unrevoked, not used up and its monitor is live; else None.
+_FIND_SQL = "SELECT id, signature, secret_encrypted FROM trigger_links WHERE token_digest = {p}"
+_LIVE_SQL = (
+    "SELECT 1 FROM trigger_links l JOIN monitors m ON m.id = l.monitor_id WHERE l.id = {p} "
+    "AND l.revoked_at IS NULL AND l.expires_at > {p} AND l.hits < l.max_hits AND m.status IN ({p}, {p})")
 
-    Read with one fixed query: this runs on every delivery, before anything else.
-    """
+#: token digest -> Link, for tokens that were found. A link's id, scheme and secret never change, so the
+#: cache is never stale about them; whether the link is still live is read with every delivery's write.
+_found: dict[str, Link] = {}
+_FOUND_CAP = 10_000
+
+
+def find_link(token: str) -> Link | None:
+    """The link behind `token`, live or not; None for a token that was never issued."""
     if not token.startswith(TOKEN_PREFIX) or len(token) > 100:
         return None
-    row = database.execute_sql(_LIVE_LINK_SQL.format(p=database.param), (token_digest(token),)).fetchone()
-    if row is None:
-        return None
-    link_id, signature, secret, max_hits, hits, expires_at, revoked_at, status = row
-    if revoked_at is not None or as_time(expires_at) <= now or hits >= max_hits or status not in LIVE:
-        return None
-    return LiveLink(link_id, signature, secret)
+    digest = token_digest(token)
+    link = _found.get(digest)
+    if link is None:
+        row = database.execute_sql(_FIND_SQL.format(p=database.param), (digest,)).fetchone()
+        if row is None:
+            return None
+        if len(_found) >= _FOUND_CAP:
+            _found.clear()
+        link = _found[digest] = Link(*row)
+    return link
 
 
+def is_live(link_id: int, now: datetime) -> bool:
+    """Unexpired, unrevoked, not used up, and its monitor is active or paused."""
+    sql = _LIVE_SQL.format(p=database.param)
+    return database.execute_sql(sql, (link_id, now, *LIVE)).fetchone() is not None
+
+
+# One round trip on PostgreSQL: insert the delivery if the link is live, then count the hit unless that
+# would go past max_hits (re-read under the row lock, so simultaneous deliveries can't overshoot it).
 _STORE_PG = (
-    "WITH d AS (INSERT INTO deliveries (link_id, dedupe_key, body, content_type, received_at, outcome) "
-    "VALUES (%s, %s, %s, %s, %s, '') ON CONFLICT (link_id, dedupe_key) DO NOTHING RETURNING id), "
-    "u AS (UPDATE trigger_links SET hits = hits + 1 WHERE id = %s AND EXISTS (SELECT 1 FROM d)) "
-    "SELECT id FROM d")
+    "WITH live AS (" + _LIVE_SQL.format(p="%s").replace("SELECT 1", "SELECT l.id", 1) + "), "
+    "d AS (INSERT INTO deliveries (link_id, dedupe_key, body, content_type, received_at, outcome) "
+    "SELECT id, %s, %s, %s, %s, '' FROM live ON CONFLICT (link_id, dedupe_key) DO NOTHING RETURNING id), "
+    "u AS (UPDATE trigger_links SET hits = hits + 1 WHERE id = %s AND hits < max_hits "
+    "AND EXISTS (SELECT 1 FROM d) RETURNING id) "
+    "SELECT EXISTS (SELECT 1 FROM live), (SELECT id FROM d), EXISTS (SELECT 1 FROM u)")
 
 
-def store_delivery(link: LiveLink, sender_id: str | None, body: str, content_type: str, now: datetime,
+def store_delivery(link: Link, sender_id: str | None, body: str, content_type: str, now: datetime,
                    window_seconds: int) -> int | None:
-    """Store a delivery once per sender id, or once per body within the window; its id, or None for a repeat."""
+    """Store a delivery once per sender id, or once per body within the window; its id, or None for a
+    repeat. Raises LinkEnded when the link is no longer live, so nothing is stored."""
     digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
     if sender_id:
         key = f"id:{sender_id}"
@@ -74,16 +94,28 @@ def store_delivery(link: LiveLink, sender_id: str | None, body: str, content_typ
         if _seen_recently(link.id, f"body:{digest}:{bucket - 1}", now, window_seconds):
             return None
         key = f"body:{digest}:{bucket}"
-    if isinstance(database.obj, peewee.PostgresqlDatabase):  # one round trip: insert and count the hit
-        row = database.execute_sql(_STORE_PG, (link.id, key, body, content_type[:200], now, link.id)).fetchone()
-        return row[0] if row else None
-    with database.atomic():
+    if isinstance(database.obj, peewee.PostgresqlDatabase):
+        return _store_pg(link, key, body, content_type[:200], now)
+    with database.atomic(lock_type="IMMEDIATE"):  # SQLite: one writer from the check to the count
+        if not is_live(link.id, now):
+            raise LinkEnded
         inserted = (Delivery.insert(link=link.id, dedupe_key=key, body=body, content_type=content_type[:200],
                                     received_at=now).on_conflict_ignore().as_rowcount().execute())
         if inserted != 1:
             return None
         TriggerLink.update(hits=TriggerLink.hits + 1).where(TriggerLink.id == link.id).execute()
     return Delivery.get((Delivery.link == link.id) & (Delivery.dedupe_key == key)).id
+
+
+def _store_pg(link: Link, key: str, body: str, content_type: str, now: datetime) -> int | None:
+    live, stored, counted = database.execute_sql(
+        _STORE_PG, (link.id, now, *LIVE, key, body, content_type, now, link.id)).fetchone()
+    if not live:
+        raise LinkEnded
+    if stored is not None and not counted:  # the last hits went to simultaneous deliveries
+        Delivery.delete().where(Delivery.id == stored).execute()
+        raise LinkEnded
+    return stored
 
 
 def _seen_recently(link_id: int, key: str, now: datetime, window_seconds: int) -> bool:

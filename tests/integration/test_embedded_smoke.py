@@ -88,3 +88,24 @@ def wait_for(probe, timeout: float = 30):
             return value
         time.sleep(0.2)
     raise AssertionError("timed out waiting")
+
+
+def test_embedded_trigger_link_wakes_once_and_ends_at_max_hits(embedded):
+    """The SQLite path of a delivery: stored once per sender id, woken, and refused once used up."""
+    base, env, process, log = embedded
+    vigil("user", "create", "hooks@example.com", "--password", "a-good-password", env=env)
+    token = vigil("token", "create", "--user", "hooks@example.com", env=env).strip().splitlines()[-1]
+    created = requests.post(f"{base}/api/tool/monitor", headers={"Authorization": f"Bearer {token}"}, json={
+        "action": "monitor_create", "context": {"conversation_id": "laptop-2", "channel": "chat"},
+        "arguments": {"description": "the deploy webhook fires",
+                      "source": {"type": "webhook", "signature": "none", "max_hits": 2}, "max_wakes": 5}}).json()
+    assert created["ok"], created
+    link = base + created["result"]["url"][created["result"]["url"].index("/api/triggers/"):]
+    answers = [requests.post(link, json={"n": n}, headers={"Idempotency-Key": key}).status_code
+               for n, key in ((1, "a"), (1, "a"), (2, "b"), (3, "c"))]
+    assert answers == [202, 202, 202, 404]  # a repeat is accepted and ignored; the third sender is past max_hits
+    messages = wait_for(lambda: (lambda m: m if len(m) == 2 else None)(requests.get(
+        f"{base}/api/conversations/laptop-2/messages?after=0", headers={"Authorization": f"Bearer {token}"}
+    ).json()["messages"]))
+    assert ['"n": 1' in messages[0]["content"], '"n": 2' in messages[1]["content"]] == [True, True]
+    assert all(m["metadata"]["wake"]["source"] == "trigger" for m in messages)

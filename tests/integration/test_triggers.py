@@ -177,13 +177,13 @@ def test_status_check_wakes_on_entering_and_misfits_speak_once(client, owner, dr
 
 def test_lost_delivery_message_is_swept_and_processed_once(client, owner, broker, drain):
     from models import utcnow
-    from models.triggers import live_link, store_delivery
+    from models.triggers import find_link, store_delivery
     from tasks.scheduler import sweep
 
     result = create(client, owner[1])
     token = result["url"].rsplit("/", 1)[1]
     with db():
-        link = live_link(token, utcnow())
+        link = find_link(token)
         store_delivery(link, "lost-1", '{"lost": true}', "application/json", utcnow(), 600)
         assert sweep(utcnow(), 0) == 1
         assert sweep(utcnow(), 0) == 1  # queued twice: processed once all the same
@@ -227,3 +227,41 @@ def test_deliveries_are_accepted_while_redis_is_unreachable_for_the_rate_limit(c
     assert deliveries() == 6
     drain()
     assert len(wakes(result["monitor_id"])) == 6
+
+
+def test_an_ended_signed_link_is_404_even_to_a_bad_signature(client, owner):
+    """The link was just used (so this process knows it); once cancelled, every request is 404, not 401."""
+    result = create(client, owner[1], signature="hmac_sha256")
+    body = b'{"status": "done"}'
+    good = sign("hmac_sha256", stored_secret(result["monitor_id"]), body, time.time())
+    assert client.post(path_of(result["url"]), content=body, headers=good).status_code == 202
+    client.post(f"/api/monitors/{result['monitor_id']}/cancel", headers={"Authorization": f"Bearer {owner[1]}"})
+    for headers in ({}, {"X-Signature": "sha256=" + "0" * 64}, good):
+        response = client.post(path_of(result["url"]), content=b'{"n": 2}', headers=headers)
+        assert response.status_code == 404 and response.json() == {"detail": "Not found."}, headers
+    assert deliveries() == 1
+
+
+def test_simultaneous_deliveries_never_go_past_max_hits(client, owner):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from models import connection, utcnow
+    from models.triggers import LinkEnded, find_link, store_delivery
+
+    result = create(client, owner[1], source={"type": "webhook", "max_hits": 3})
+    with db():
+        link = find_link(result["url"].rsplit("/", 1)[1])
+
+    def deliver(n: int) -> str:
+        with connection():
+            try:
+                store_delivery(link, f"sender-{n}", f'{{"n": {n}}}', "application/json", utcnow(), 600)
+            except LinkEnded:
+                return "ended"
+            return "stored"
+
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(deliver, range(24)))
+    assert answers.count("stored") == 3 and answers.count("ended") == 21
+    with db():
+        assert Delivery.select().count() == 3 and TriggerLink.get(TriggerLink.id == link.id).hits == 3
