@@ -10,7 +10,8 @@ from pathlib import Path
 
 import peewee
 from playhouse.db_url import connect, parse
-from playhouse.pool import PooledPostgresqlDatabase
+from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase
+from psycopg2.extensions import TRANSACTION_STATUS_UNKNOWN
 
 #: The one database handle every model uses; `bind(url)` points it at a real database.
 database = peewee.DatabaseProxy()
@@ -43,8 +44,13 @@ class PooledPostgres(PooledPostgresqlDatabase):
         self._checked_in: dict[int, float] = {}
 
     def _close(self, conn, close_conn=False):
+        broken = _broken(conn)
         self._checked_in[id(conn)] = time.monotonic()
         super()._close(conn, close_conn)
+        if broken:
+            # The server went away under this connection (a restart, a failover), so it went away under the idle
+            # ones too, and those used moments ago would be handed out without a ping: drop them all now.
+            self.close_idle()
 
     def _close_raw(self, conn):
         self._checked_in.pop(id(conn), None)
@@ -54,6 +60,19 @@ class PooledPostgres(PooledPostgresqlDatabase):
         if time.monotonic() - self._checked_in.get(id(conn), 0.0) < self.PING_AFTER_IDLE_SECONDS:
             return bool(conn.closed)
         return super()._is_closed(conn)
+
+
+def _broken(conn) -> bool:
+    """The driver saw the connection die (psycopg2 marks it closed, or its state unknown)."""
+    try:
+        return bool(conn.closed) or conn.get_transaction_status() == TRANSACTION_STATUS_UNKNOWN
+    except Exception:  # noqa: BLE001 — a connection that cannot even say so is broken too
+        return True
+
+
+#: what a database that is down, restarting or out of connections raises: nothing is wrong with the request,
+#: it can be tried again shortly (web answers 503, actors retry, the scheduler tries next tick)
+UNAVAILABLE = (peewee.OperationalError, peewee.InterfaceError, MaxConnectionsExceeded)
 
 
 def _plain_postgres(url: str) -> str:
