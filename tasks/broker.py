@@ -2,25 +2,54 @@
 
 from __future__ import annotations
 
+import logging
+
 import dramatiq
+import redis.exceptions
 from dramatiq.brokers.stub import StubBroker
+from dramatiq.errors import BrokerConnectionError, Retry
+from dramatiq.middleware import MiddlewareError
 
 from models import database
+from models.db import UNAVAILABLE as DATABASE_UNAVAILABLE
 from tasks.runtime import configure
 from vigil.settings import Settings
+
+log = logging.getLogger(__name__)
+
+#: errors of a database or Redis that is down or restarting: the work is tried again, never lost
+UNAVAILABLE = (*DATABASE_UNAVAILABLE, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+               BrokerConnectionError)
+
+
+class DatabaseUnavailable(MiddlewareError, Retry):
+    """The database could not be reached for a message; Dramatiq retries it later, with backoff.
+
+    A MiddlewareError, because Dramatiq only logs any other error of a middleware and runs the actor anyway
+    (which then fails on "connection not opened", hiding why); a Retry, so it is not logged as a crash.
+    """
 
 
 class DatabaseConnection(dramatiq.Middleware):
     """Opens this thread's database connection around each message, and closes it after."""
 
     def before_process_message(self, broker, message):
-        database.connect(reuse_if_open=True)
+        try:
+            database.connect(reuse_if_open=True)
+        except DATABASE_UNAVAILABLE as exc:
+            log.warning("database unreachable; %s will be retried: %s", message, first_line(exc))
+            raise DatabaseUnavailable(first_line(exc)) from None
 
     def after_process_message(self, broker, message, *, result=None, exception=None):
         if not database.is_closed():
             database.close()
 
     after_skip_message = after_process_message
+
+
+def first_line(exc: Exception) -> str:
+    """What an outage error says, without the driver's multi-line hints."""
+    return (str(exc).strip().splitlines() or [""])[0]
 
 
 def setup_broker(settings: Settings, bus=None, broker: dramatiq.Broker | None = None) -> dramatiq.Broker:

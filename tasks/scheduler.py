@@ -14,6 +14,7 @@ from models import connection, utcnow
 from models.claims import claim_due
 from models.monitors import expire_due
 from models.triggers import unprocessed
+from tasks.broker import UNAVAILABLE, first_line
 from tasks.checks import BATCH_SIZE, check_monitors
 from tasks.deliveries import process_delivery
 from tasks.events import publish_message, publish_monitor
@@ -51,7 +52,10 @@ def run(tick_seconds: float, batch_size: int, stop: threading.Event, sweep_secon
                 if time.monotonic() >= next_sweep:
                     next_sweep = time.monotonic() + sweep_seconds
                     sweep(utcnow(), sweep_seconds)
-        except Exception:  # a database or broker outage: log, wait a tick, try again
+        except UNAVAILABLE as exc:  # a database or Redis outage: say so in one line, try again next tick
+            log.warning("scheduler tick skipped, database or queue unreachable: %s", first_line(exc))
+            claimed = 0
+        except Exception:  # anything else: the traceback, and the next tick all the same
             log.exception("scheduler tick failed")
             claimed = 0
         if claimed >= batch_size:
