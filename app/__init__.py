@@ -5,12 +5,13 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from litestar import Litestar, get
+from litestar import Litestar, Response, get
 from litestar.middleware.session.client_side import CookieBackendConfig
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
+from app import unavailable
 from app.approvals import ApprovalsController
 from app.conversations_api import ConversationsController
 from app.events import EventsController
@@ -20,14 +21,34 @@ from app.pages import PagesController
 from app.templating import env
 from app.tool import ToolController
 from app.triggers import TriggersController
+from models import connection, database
+from tasks.broker import UNAVAILABLE, first_line
+from tasks.runtime import current
 from vigil.settings import Settings
 
 STATIC = Path(__file__).parent / "static"
 
 
-@get("/healthz", sync_to_thread=False)
-def healthz() -> dict:
-    return {"ok": True}
+@get("/healthz", sync_to_thread=True)
+def healthz() -> Response:
+    """200 while this web process reaches its database and (in production) Redis; 503 saying which it can't."""
+    parts = {"database": _reachable(_ping_database), "redis": _reachable(current().bus.ping)}
+    ok = all(state == "ok" for state in parts.values())
+    return Response({"ok": ok, **parts}, status_code=200 if ok else 503,
+                    headers={"Cache-Control": "no-store", **({} if ok else {"Retry-After": "5"})})
+
+
+def _ping_database() -> None:
+    with connection():
+        database.execute_sql("SELECT 1")
+
+
+def _reachable(ping) -> str:
+    try:
+        ping()
+    except UNAVAILABLE as exc:
+        return f"unreachable: {first_line(exc)}"
+    return "ok"
 
 
 def create_app(settings: Settings) -> Litestar:
@@ -41,6 +62,7 @@ def create_app(settings: Settings) -> Litestar:
                         PagesController, ModelsController, TriggersController, ApprovalsController, healthz,
                         create_static_files_router(path="/static", directories=[STATIC])],
         middleware=[session.middleware],
+        exception_handlers=unavailable.HANDLERS,
         template_config=TemplateConfig(instance=JinjaTemplateEngine.from_environment(env)),
         logging_config=None,  # vigil.logs set logging up already; Litestar's default would reset LOG_LEVEL
     )

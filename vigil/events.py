@@ -37,6 +37,9 @@ class LocalBus:
         for user_id, name, data in events:
             self.publish(user_id, name, data)
 
+    def ping(self) -> None:
+        """Nothing to reach: the bus is this process."""
+
     @asynccontextmanager
     async def subscribe(self, user_id: int) -> AsyncIterator[asyncio.Queue]:
         entry = (asyncio.get_running_loop(), asyncio.Queue(maxsize=1000))
@@ -74,6 +77,10 @@ class RedisBus:
             pipe.execute()
         except Exception as exc:  # as in publish(): an outage loses events, never checks
             log.warning("%d events not published: %s", len(events), exc)
+
+    def ping(self) -> None:
+        """Raises redis' ConnectionError or TimeoutError while Redis is unreachable."""
+        self._client.ping()
 
     def _channel(self, user_id: int) -> str:
         """Pub/sub ignores Redis db numbers, so each Vigil (one database) gets channels of its own."""
