@@ -10,6 +10,7 @@ import peewee
 
 from engine.crypto import Keyring
 from engine.tokens import new_token, token_digest
+from models import prepared
 from models.db import database, utcnow
 from models.tables import LIVE, AuditEvent, Delivery, Monitor, TriggerLink
 
@@ -108,8 +109,8 @@ def store_delivery(link: Link, sender_id: str | None, body: str, content_type: s
 
 
 def _store_pg(link: Link, key: str, body: str, content_type: str, now: datetime) -> int | None:
-    live, stored, counted = database.execute_sql(
-        _STORE_PG, (link.id, now, *LIVE, key, body, content_type, now, link.id)).fetchone()
+    live, stored, counted = prepared.execute(
+        "vigil_store_delivery", _STORE_PG, (link.id, now, *LIVE, key, body, content_type, now, link.id)).fetchone()
     if not live:
         raise LinkEnded
     if stored is not None and not counted:  # the last hits went to simultaneous deliveries

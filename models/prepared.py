@@ -1,0 +1,46 @@
+"""Server-side prepared statements for the few queries on a hot path, on PostgreSQL.
+
+psycopg2 sends each statement as text, so PostgreSQL plans it every time. For a delivery's one statement
+(a CTE over three tables) planning cost more than running it. Each pooled connection prepares the
+statement the first time it runs it, and executes the prepared plan from then on.
+
+Behind a pooler that moves statements between server connections (PgBouncer in transaction mode), a
+prepared statement can be missing or already there; the statement then simply runs as plain text.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+
+import peewee
+
+from models.db import database
+
+#: pgcodes of "no such prepared statement" and "it exists already"
+_POOLER_CODES = {"26000", "42P05"}
+_prepared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def execute(name: str, sql: str, params: tuple):
+    """Run `sql` (psycopg2 %s placeholders) with `params`, as the prepared statement `name`; a cursor."""
+    conn = database.connection()
+    done = _prepared.get(conn)
+    if done is None:
+        done = _prepared[conn] = set()
+    try:
+        if name not in done:
+            database.execute_sql(f"PREPARE {name} AS {_numbered(sql)}")
+            done.add(name)
+        return database.execute_sql(f"EXECUTE {name} ({', '.join(['%s'] * len(params))})", params)
+    except peewee.DatabaseError as exc:
+        if getattr(getattr(exc, "orig", None), "pgcode", None) not in _POOLER_CODES:
+            raise
+        done.discard(name)
+        return database.execute_sql(sql, params)
+
+
+def _numbered(sql: str) -> str:
+    """%s placeholders as PREPARE's $1, $2, …"""
+    count = iter(range(1, sql.count("%s") + 1))
+    return re.sub(r"%s", lambda _: f"${next(count)}", sql)
