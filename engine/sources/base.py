@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from engine.errors import SpecError
-from engine.http import BlockedURL, Fetcher, check_url
+from engine.http import BlockedURL, FetchError, Fetcher, check_url
 
 
 @dataclass(frozen=True)
@@ -49,3 +49,14 @@ def parse_url(kind: str, raw: dict) -> str:
     except BlockedURL as exc:
         raise SpecError(f"source.url can't be watched: {exc.message}") from None
     return url.strip()
+
+
+def fetch_whole(io: SourceIO, url: str, what: str) -> bytes:
+    """The body of a document that can only be read whole (JSON, metrics): one cut at the size limit is
+    a clear error, not a parse error somewhere in the middle (a page is read up to the limit instead)."""
+    response = io.fetcher.get(url)
+    if response.truncated:
+        limit = io.fetcher.policy.max_bytes
+        raise FetchError(f"The response is larger than {limit:,} bytes, the most Vigil reads (FETCH_MAX_BYTES), "
+                         f"and {what} cut short can't be read.")
+    return response.body

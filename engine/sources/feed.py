@@ -10,7 +10,7 @@ import feedparser
 from engine.content import Content, cut_text, excerpt, html_to_text, json_content
 from engine.errors import ContentError, SpecError
 from engine.paths import PathError, parse_path, resolve
-from engine.sources.base import SourceIO, SourcePolicy, SourceSpec, parse_url
+from engine.sources.base import SourceIO, SourcePolicy, SourceSpec, fetch_whole, parse_url
 
 FIELDS = frozenset({"type", "url", "items_path", "key_path"})
 #: the key_path of a JSON feed that gives none
@@ -40,6 +40,9 @@ def parse(raw: dict, policy: SourcePolicy) -> SourceSpec:
 
 
 def read(spec: SourceSpec, io: SourceIO) -> bytes:
+    """A JSON list must arrive whole; an XML feed cut at the limit still yields its first entries."""
+    if spec.items_path:
+        return fetch_whole(io, spec.url, "a JSON document")
     return io.fetcher.get(spec.url).body
 
 

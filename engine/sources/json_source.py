@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine.content import Content, json_content
 from engine.errors import SpecError
-from engine.sources.base import SourceIO, SourcePolicy, SourceSpec, parse_url
+from engine.sources.base import SourceIO, SourcePolicy, SourceSpec, fetch_whole, parse_url
 
 #: selector is known only to refuse it with a pointer to value_path.
 FIELDS = frozenset({"type", "url", "selector"})
@@ -17,7 +17,7 @@ def parse(raw: dict, policy: SourcePolicy) -> SourceSpec:
 
 
 def read(spec: SourceSpec, io: SourceIO) -> bytes:
-    return io.fetcher.get(spec.url).body
+    return fetch_whole(io, spec.url, "a JSON document")
 
 
 def normalize(spec: SourceSpec, body: bytes, max_text_bytes: int) -> Content:

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 from engine.content import Content
 from engine.errors import ContentError, SpecError
-from engine.sources.base import SourceIO, SourcePolicy, SourceSpec, parse_url
+from engine.sources.base import SourceIO, SourcePolicy, SourceSpec, fetch_whole, parse_url
 
 FIELDS = frozenset({"type", "url", "metric", "labels"})
 METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
@@ -54,7 +54,7 @@ def _parse_labels(labels: object) -> dict[str, str] | None:
 
 
 def read(spec: SourceSpec, io: SourceIO) -> bytes:
-    return io.fetcher.get(spec.url).body
+    return fetch_whole(io, spec.url, "a metrics page")
 
 
 def normalize(spec: SourceSpec, body: bytes, max_text_bytes: int) -> Content:

@@ -16,6 +16,8 @@ MAX = 64 * 1024
 
 
 class Body:
+    truncated = False
+
     def __init__(self, body: bytes):
         self.body = body
 

@@ -13,6 +13,8 @@ CHANGED = datetime(2024, 4, 30, 12, 0, 0, tzinfo=timezone.utc)
 
 
 class Body:
+    truncated = False
+
     def __init__(self, body: bytes):
         self.body = body
 
