@@ -1,6 +1,7 @@
 """Trigger-link secrets stay secret: a real `vigil serve` (SQLite, DEBUG logging, a real judge call) is driven
 through signed links of every scheme, valid and invalid deliveries and refused reveals, and afterwards no signing
-secret, judge API key or link token shows up in its log, the tool results, the messages or the event stream.
+secret, model API key (JUDGE_API_KEY, or one entered in Settings → Models) or link token shows up in its log, the
+tool results, the messages, the event stream or the Settings → Models page.
 """
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ from tests.judge_server import JudgeServer
 from tests.processes import VIGIL, free_port, start, stop, vigil, wait_healthy
 
 JUDGE_KEY = "sk-judge-SECRET-do-not-log"
+#: A model API key entered in Settings → Models (stored encrypted in the catalog, not in the environment).
+CATALOG_KEY = "sk-catalog-HIDDEN-never-shown"
+CSRF = re.compile(r'name="_csrf" value="([^"]+)"')
 CONVERSATION = "leak-check"
 SCHEMES = ("github", "standard_webhooks", "hmac_sha256")
 #: A link token as the access log would print it unmasked.
@@ -79,6 +83,20 @@ def stored_secrets(data: Path, monitor_ids: list[str]) -> dict[str, str]:
     with sqlite.bind_ctx([TriggerLink], bind_refs=False, bind_backrefs=False), sqlite.connection_context():
         links = {link.monitor_id: link for link in TriggerLink.select().where(TriggerLink.monitor.in_(monitor_ids))}
     return {monitor_id: keyring.decrypt(links[monitor_id].secret_encrypted) for monitor_id in monitor_ids}
+
+
+def add_catalog_model(base: str, judge_url: str) -> str:
+    """Sign in as the owner and save a judge model with CATALOG_KEY; returns the models page as shown after."""
+    browser = requests.Session()
+    csrf = CSRF.search(browser.get(f"{base}/login", timeout=10).text).group(1)
+    signed_in = browser.post(f"{base}/login", timeout=10, data={
+        "email": "owner@example.com", "password": "a-good-password", "_csrf": csrf})
+    assert signed_in.status_code == 200 and "/settings/monitors" in signed_in.url, signed_in.text[:300]
+    csrf = CSRF.search(browser.get(f"{base}/settings/models", timeout=10).text).group(1)
+    saved = browser.post(f"{base}/settings/models", timeout=10, data={
+        "name": "catalog-judge", "base_url": judge_url, "model": "m2", "api_key": CATALOG_KEY, "_csrf": csrf})
+    assert saved.status_code == 200 and "catalog-judge" in saved.text, saved.text[:300]
+    return saved.text
 
 
 def forms_of(secret: str) -> list[str]:
@@ -189,6 +207,16 @@ def test_secrets_and_tokens_never_leak(serve, judge):
     assert any(n == "monitor.updated" and d["monitor_id"] == ids["judged"] and d["last_error"]
                and "refused the API key" in d["last_error"] for n, d in events), "the judge failure was not seen"
     wait_for(lambda: sum(1 for n, d in events if n == "message.created") >= len(links), timeout=10)
+
+    # A model whose key the owner enters in Settings → Models judges one more link's delivery with that key.
+    models_page = add_catalog_model(base, judge.base_url)
+    catalog = call_tool("monitor_create", {"description": "the release ships (judged by the catalog model)",
+                                           "source": {"type": "webhook"}, "condition": "the release shipped",
+                                           "judge_model": "catalog-judge", "max_wakes": 10})
+    assert deliver("catalog", b'{"event": "shipped"}', {}, token_=catalog["url"].rsplit("/", 1)[1]) == 202
+    wait_for(lambda: len(all_messages()[1]) > len(links), timeout=20)
+    assert any(r.headers["authorization"] == f"Bearer {CATALOG_KEY}" for r in judge.requests), \
+        "the catalog model was not called with its key"
     call_tool("monitor_cancel", {"monitor_id": ids["github"]})
     assert deliver("github", b"{}", {}) == 404
     wait_for(lambda: any(n == "monitor.updated" and d["status"] == "cancelled" for n, d in events), timeout=10)
@@ -204,7 +232,7 @@ def test_secrets_and_tokens_never_leak(serve, judge):
     # logger back to INFO. Should that change, the checks below cover the request-time DEBUG lines as well.)
     judge_bodies = "\n".join(r.raw.decode("utf-8", "replace") for r in judge.requests)
     places = {"serve log": log_text, "messages": messages_text, "event stream": stream_text,
-              "requests to the judge model": judge_bodies,
+              "requests to the judge model": judge_bodies, "Settings → Models page": models_page,
               **{f"tool result {n}": text for n, text in enumerate(tool_results)}}
     for place, text in places.items():
         for name, secret in secrets.items():
@@ -212,6 +240,7 @@ def test_secrets_and_tokens_never_leak(serve, judge):
                 assert form not in text, f"the {name} link's signing secret is in the {place}"
         assert JUDGE_KEY not in text, f"the judge API key is in the {place}"
         assert "SECRET-do-not-log" not in text, f"part of the judge API key is in the {place}"
+        assert "HIDDEN-never-shown" not in text, f"the Settings → Models API key (or part of it) is in the {place}"
 
     # Link tokens: only in their own creation result (its url and example curl, which are for the sender).
     creations = {name: tool_results[n] for n, name in enumerate(links)}
