@@ -86,10 +86,12 @@ _MEANINGS = {
     410: "The request has expired.",
     413: "The body is over the size limit.",
     429: "Too many requests; slow down.",
+    503: "The database or Redis did not answer (a restart, say); send the same request again after Retry-After.",
 }
 
 
 def errors(*codes: int) -> dict[int, ResponseSpec]:
-    """The error answers of one handler, each with the shared ErrorBody shape."""
+    """The error answers of one handler, each with the shared ErrorBody shape; any of them may answer 503
+    (app/unavailable.py) while the database or Redis is down."""
     return {code: ResponseSpec(data_container=ErrorBody, description=_MEANINGS[code], generate_examples=False)
-            for code in codes}
+            for code in (*codes, 503)}

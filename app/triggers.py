@@ -11,6 +11,7 @@ from litestar.concurrency import sync_to_thread
 from litestar.enums import HttpMethod
 from litestar.params import FromPath
 
+from app.openapi import Accepted, ErrorBody, errors
 from engine.signatures import delivery_id, is_github_ping, verify
 from models import connection, utcnow
 from models.triggers import LinkEnded, find_link, is_live, store_delivery
@@ -28,13 +29,14 @@ def _answer(status: int, body: dict) -> Response:
 class TriggersController(Controller):
     path = "/api/triggers"
 
-    @route("/{token:str}", http_method=[HttpMethod.GET, HttpMethod.HEAD], sync_to_thread=False)
-    def preview(self, token: FromPath[str]) -> Response:
+    @route("/{token:str}", http_method=[HttpMethod.GET, HttpMethod.HEAD], status_code=405, sync_to_thread=False,
+           responses=errors())
+    def preview(self, token: FromPath[str]) -> Response[ErrorBody]:
         """Link previews and mail scanners fetch links: nothing happens on GET."""
         return _answer(405, {"detail": "Trigger links take POST only; a GET (a link preview, say) does nothing."})
 
-    @post("/{token:str}")
-    async def deliver(self, request: Request, token: FromPath[str]) -> Response:
+    @post("/{token:str}", status_code=202, responses=errors(400, 401, 404, 413, 429))
+    async def deliver(self, request: Request, token: FromPath[str]) -> Response[Accepted]:
         settings = current().settings
         body = await _read_capped(request, settings.TRIGGER_MAX_PAYLOAD_BYTES)
         if body is None:
