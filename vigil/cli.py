@@ -56,6 +56,7 @@ def _database(settings: Settings, migrate: bool = False):
     from models.migrate import migrate as apply, pending
 
     bind(settings.DATABASE_URL)
+    _wait_for_database()
     with connection():
         if migrate:
             return apply()
@@ -63,6 +64,32 @@ def _database(settings: Settings, migrate: bool = False):
     if missing:
         sys.exit(f"vigil: the database needs migrating ({', '.join(missing)}); run `vigil migrate` first")
     return []
+
+
+#: how long a command waits for a database that is not up yet (starting with it, or restarting)
+DATABASE_WAIT_SECONDS = 60
+
+
+def _wait_for_database() -> None:
+    """Wait, saying so, while the database refuses connections; a process started alongside it (or during its
+    restart) then runs instead of exiting. Gives up with the driver's error after DATABASE_WAIT_SECONDS."""
+    import logging
+    import time
+
+    from models import connection
+    from models.db import UNAVAILABLE
+
+    deadline = time.monotonic() + DATABASE_WAIT_SECONDS
+    while True:
+        try:
+            with connection():
+                return
+        except UNAVAILABLE as exc:
+            if time.monotonic() >= deadline:
+                raise
+            logging.getLogger("vigil").warning("waiting for the database: %s",
+                                               (str(exc).strip().splitlines() or [""])[0])
+            time.sleep(1)
 
 
 def _embedded_db(settings: Settings) -> bool:
