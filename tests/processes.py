@@ -58,3 +58,19 @@ def stop(process: subprocess.Popen, timeout: float = 15) -> int:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait(5)
         raise AssertionError(f"the process did not stop within {timeout}s of SIGTERM") from None
+
+
+def terminate(process: subprocess.Popen, timeout: float = 15) -> int:
+    """SIGTERM to the command's own process, as a process manager sends it; its exit code.
+
+    Only the leader is signalled first: `vigil worker` is Dramatiq's main process, which forwards the signal to
+    its worker process; a second SIGTERM straight to that child (what `stop`'s process-group signal does) makes
+    Dramatiq kill it hard and exit 1. `stop` then reaps the leader, or signals the whole group if it is stuck.
+    """
+    if process.poll() is None:
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    return stop(process)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -12,8 +14,10 @@ class PageServer:
     def __init__(self) -> None:
         self.pages: dict[str, tuple[int, str, bytes]] = {}
         self.hits: dict[str, int] = {}
+        #: every request answered, as (path, time.monotonic())
+        self.log: list[tuple[str, float]] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server = _QuietServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
@@ -45,7 +49,15 @@ class PageServer:
     def answer(self, path: str) -> tuple[int, str, bytes]:
         with self._lock:
             self.hits[path] = self.hits.get(path, 0) + 1
+            self.log.append((path, time.monotonic()))
             return self.pages.get(path, (404, "text/plain", b"not found"))
+
+
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        """A client that goes away mid-request (a killed worker, say) is not worth a traceback."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 def _handler(server: PageServer):
