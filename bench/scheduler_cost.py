@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Scheduler benchmark: does the scheduler's cost follow the number of due monitors, or the number armed?
 
-    .venv/bin/python bench/scheduler_cost.py [--armed 100000] [--due 1000] [--window 60]
+    .venv/bin/python bench/scheduler_cost.py [--armed 100000] [--due 1000] [--window 60] [--rounds 2]
 
 Two phases, each on a freshly migrated database (vigil_bench_sched, created if missing, schema dropped and
 recreated with `vigil migrate`; Redis db 9, flushed) with a real `vigil scheduler` (production settings: tick
@@ -10,6 +10,9 @@ recreated with `vigil migrate`; Redis db 9, flushed) with a real `vigil schedule
 - armed: `--armed` polled monitors whose due times are spread evenly over their interval, so `--due` of them
   come due during the `--window` seconds measured (100,000 with a 100-minute interval: 1% a minute);
 - baseline: `--due` armed monitors, all of which come due during the window.
+
+They alternate armed, baseline, baseline, armed, … (`--rounds` pairs), so a change in the machine's load
+during the run weighs on both alike; each phase's figures are summed over its windows.
 
 The monitors are copies of one made by create_monitor after a real baseline check, inserted in one SQL
 statement. CPU is /proc utime+stime of the scheduler process and of the PostgreSQL backends serving this
@@ -47,7 +50,7 @@ ENV = {"DATABASE_URL": database_url(DB_NAME), "REDIS_URL": REDIS_URL, "FETCH_ALL
        "LOG_LEVEL": "WARNING", "SECRET_KEY": "bench-only-secret-key-not-used-for-anything-real",
        "VIGIL_DATA_DIR": str(RESULTS / "var")}
 #: the scheduler runs this long, idle, before the first monitor comes due (start-up, imports, connection)
-LEAD_SECONDS = 8.0
+LEAD_SECONDS = 6.0
 #: after the window, long enough for the tick that claims the last due monitor (ticks are 1 s apart)
 TAIL_SECONDS = 2.0
 SCHEDULER = "sched-scheduler"
@@ -67,6 +70,12 @@ class Phase:
     seq_scans: int = 0
     idx_scans: int = 0
     queued: int = 0
+    windows: int = 0
+
+    def add(self, other: "Phase") -> None:
+        for name in ("wall", "scheduler_cpu", "pg_cpu", "claims", "claimed_early", "left_due", "seq_scans",
+                     "idx_scans", "queued", "windows"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def per_minute(self, seconds: float) -> float:
         return 60 * seconds / self.wall if self.wall else float("nan")
@@ -146,7 +155,7 @@ def run_phase(name: str, base: str, armed: int, due: int, window: float, interva
     db = Db()
     try:
         sleep_until(t0, procs)
-        phase = Phase(name, armed)
+        phase = Phase(name, armed, windows=1)
         phase.claimed_early = db.scalar("SELECT coalesce(sum(claim_seq), 0) FROM monitors")
         seq0, idx0 = db.scans()
         pg0, cpu0, wall0 = backend_ticks(db.conn, DB_NAME), tree_cpu(scheduler.pid), time.perf_counter()
@@ -176,11 +185,13 @@ def report(args, header: list[str], vers: str, armed: Phase, small: Phase) -> tu
         return "n/a" if value != value else f"{value:.3f}"
 
     total_ratio = ratio(armed.per_minute(armed.total), small.per_minute(small.total))
-    same = armed.claims == small.claims == args.due and not armed.claimed_early and not small.claimed_early
+    planned = args.due * args.rounds
+    same = armed.claims == small.claims == planned and not armed.claimed_early and not small.claimed_early
     lines = ["# Vigil scheduler: cost per minute with many armed monitors vs. few", "", *header, f"- {vers}",
              f"- `vigil scheduler` (tick 1 s, batch 500), no worker; PostgreSQL database {DB_NAME}, Redis db 9; "
-             f"interval {args.interval:,} s; each phase measured over its {args.window:g} s window + {TAIL_SECONDS:g} s",
-             "", "| phase | armed | claims in window | wall s | scheduler CPU-s/min | PostgreSQL CPU-s/min "
+             f"interval {args.interval:,} s; each phase measured over {args.rounds} windows of {args.window:g} s "
+             f"(+ {TAIL_SECONDS:g} s each), in the order armed, baseline, baseline, armed, …",
+             "", "| phase | armed | claims in its windows | wall s | scheduler CPU-s/min | PostgreSQL CPU-s/min "
              "| total CPU-s/min | CPU-ms per claim | monitors seq scans/min | index scans/min |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in (armed, small):
@@ -199,13 +210,14 @@ def report(args, header: list[str], vers: str, armed: Phase, small: Phase) -> tu
     lines += [f"| {label} | {f(value)} | {goal} | {'—' if met is None else 'yes' if met else 'NO'} |"
               for label, value, goal, met in rows]
     lines += ["", "Checks:", "",
-              f"- claims in the window: {armed.claims:,} with {armed.armed:,} armed, {small.claims:,} with "
-              f"{small.armed:,} armed, {args.due:,} planned; claims before the window {armed.claimed_early} and "
+              f"- claims in the windows: {armed.claims:,} with {armed.armed:,} armed, {small.claims:,} with "
+              f"{small.armed:,} armed, {planned:,} planned; claims before the windows {armed.claimed_early} and "
               f"{small.claimed_early}: {'OK, the same work in both phases' if same else 'WARNING: NOT THE SAME WORK'}",
               f"- still due at the end of the window (claim lagging): {armed.left_due} and {small.left_due}",
               f"- check batches waiting in Redis (no worker runs): {armed.queued} and {small.queued}",
               f"- load average at end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}"]
-    figures = [figure(f"scheduler CPU/min, {armed.armed:,} armed vs {small.armed:,}, {args.due:,} due/min",
+    due = f"{args.due:,} due/min" if args.window == 60 else f"{args.due:,} due per {args.window:g} s"
+    figures = [figure(f"scheduler CPU/min (+ PostgreSQL), {armed.armed:,} armed vs {small.armed:,}, {due}",
                       f"{f(armed.per_minute(armed.total))} s/min", f"{f(small.per_minute(small.total))} s/min",
                       total_ratio, f"≤ {GOAL:g}", total_ratio <= GOAL and same)]
     return "\n".join(lines) + "\n", figures
@@ -217,9 +229,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--due", type=int, default=1000,
                         help="monitors due in each window, and armed in the baseline phase (default 1000)")
     parser.add_argument("--window", type=float, default=60.0, help="measured seconds per phase (default 60)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="pairs of phases, alternating which goes first (default 2: armed, baseline, baseline, armed)")
     args = parser.parse_args(argv)
     if not 0 < args.due <= args.armed:
         parser.error("--due must be between 1 and --armed")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
     args.interval = round(args.window * args.armed / args.due)  # so `due` of `armed` come due per window
     header, procs = prepare()
     try:
@@ -227,8 +243,10 @@ def main(argv: list[str] | None = None) -> int:
         procs.start("sched-pages", [PYTHON, "-m", "bench.pages", "--count", "1", "--port", str(port)])
         wait_listening(port, procs)
         base = f"http://127.0.0.1:{port}"
-        armed = run_phase("armed", base, args.armed, args.due, args.window, args.interval, procs)
-        small = run_phase("baseline", base, args.due, args.due, args.window, args.interval, procs)
+        armed, small = Phase("armed", args.armed), Phase("baseline", args.due)
+        for number in range(args.rounds):
+            for total, count in ((armed, args.armed), (small, args.due))[::1 if number % 2 == 0 else -1]:
+                total.add(run_phase(total.name, base, count, args.due, args.window, args.interval, procs))
         text_out, figures = report(args, header, versions(), armed, small)
     except (KeyboardInterrupt, BenchError) as exc:
         return failed(exc)
