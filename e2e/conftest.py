@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 import redis
 
 from tests.conftest import E2E_DATABASE_URL, require
-from tests.processes import VIGIL, free_port, start, stop, vigil, wait_healthy
+from tests.processes import VIGIL, free_port, start, terminate, vigil, wait_healthy
 from tests.servers import PageServer
 
 E2E_REDIS_URL = os.environ.get("VIGIL_E2E_REDIS_URL", "redis://127.0.0.1:6379/14")
@@ -65,22 +64,6 @@ def reset_database(url: str) -> None:
             cur.execute("CREATE SCHEMA public")
     finally:
         conn.close()
-
-
-def terminate(process: subprocess.Popen, timeout: float = 15) -> int:
-    """SIGTERM to the command's own process, as a process manager sends it; its exit code.
-
-    Only the leader is signalled first: `vigil worker` is Dramatiq's main process, which forwards the signal to
-    its worker process; a second SIGTERM straight to that child (what `stop`'s process-group signal does) makes
-    Dramatiq kill it hard and exit 1. `stop` then reaps the leader, or signals the whole group if it is stuck.
-    """
-    if process.poll() is None:
-        os.kill(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pass
-    return stop(process)
 
 
 def _group_alive(pgid: int) -> bool:
