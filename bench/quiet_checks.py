@@ -289,7 +289,7 @@ def run_vigil(base: str, n: int, rounds: int, server_pid: int, procs: Processes)
             checks = checks_now
             r = Measure(f"round {number}", done, wall, after.worker - before.worker, after.server - before.server)
             r.extra.update(scheduler=after.scheduler - before.scheduler, postgres=after.postgres - before.postgres,
-                           redis=after.redis["cpu"] - before.redis["cpu"], claims=claims_after - claims_before - done)
+                           redis=after.redis["cpu"] - before.redis["cpu"], claims=claims_after - claims_before)
             per_round.append(r)
             for name, calls in after.redis["calls"].items():
                 redis_calls[name] += calls - before.redis["calls"].get(name, 0)
