@@ -88,11 +88,19 @@ class RedisBus:
 
     @asynccontextmanager
     async def subscribe(self, user_id: int) -> AsyncIterator[asyncio.Queue]:
+        import redis
         import redis.asyncio as aioredis
 
         client = aioredis.Redis.from_url(self._url)
-        pubsub = client.pubsub(ignore_subscribe_messages=True)
+        pubsub = client.pubsub()
         await pubsub.subscribe(self._channel(user_id))
+        # Redis confirms the subscription on this connection; until then an event published through
+        # another connection can be missed, so a stream says "connected" only once it is confirmed.
+        confirmed = await pubsub.get_message(timeout=5)
+        if confirmed is None or confirmed["type"] != "subscribe":
+            await pubsub.aclose()
+            await client.aclose()
+            raise redis.exceptions.TimeoutError("Redis did not confirm the event subscription within 5 s")
         queue: asyncio.Queue = asyncio.Queue(maxsize=1000)
         reader = asyncio.create_task(_pump(pubsub, queue))
         try:
@@ -105,6 +113,8 @@ class RedisBus:
 
 async def _pump(pubsub, queue: asyncio.Queue) -> None:
     async for message in pubsub.listen():
+        if message["type"] != "message":
+            continue
         try:
             event = json.loads(message["data"])
             queue.put_nowait((event["name"], event["data"]))
