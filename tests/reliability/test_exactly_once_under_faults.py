@@ -21,6 +21,8 @@ import requests
 from tests.reliability.stack import Stack, new_stack
 from tests.servers import PageServer
 
+pytestmark = pytest.mark.reliability
+
 HOOKS = 100                 #: webhook monitors …
 PER_HOOK = 10               #: … each sent this many distinct facts: 1,000 deliveries
 PAGES = 200                 #: polled monitors, each of whose pages changes once during the faults

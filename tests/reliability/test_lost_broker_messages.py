@@ -29,6 +29,8 @@ from tasks.deliveries import process_delivery
 from tasks.scheduler import sweep
 from vigil.settings import Settings
 
+pytestmark = pytest.mark.reliability
+
 SWEEP_SECONDS = 2
 FACT = re.compile(r"fact-(\w+)")
 

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import time
 
+import pytest
 import requests
+
+pytestmark = pytest.mark.reliability
 
 WAIT = 60   #: bound for each recovery
 

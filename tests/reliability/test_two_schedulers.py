@@ -9,6 +9,10 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
+import pytest
+
+pytestmark = pytest.mark.reliability
+
 MONITORS = 60
 INTERVAL = 4                #: seconds; each claim makes the next one due 0.9 to 1.1 intervals later
 RUN_SECONDS = 25
