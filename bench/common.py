@@ -169,6 +169,33 @@ def command_cpu(name: str) -> float:
     return total / CLOCK_TICKS
 
 
+class Db:
+    """An autocommit connection of the bench's own to one database."""
+
+    def __init__(self, dbname: str, application_name: str = "vigil-bench") -> None:
+        self.dbname = dbname
+        self.conn = psycopg2.connect(dbname=dbname, application_name=application_name, **PG)
+        self.conn.autocommit = True
+
+    def query(self, sql: str, args: tuple | dict = ()) -> list[tuple]:
+        with self.conn.cursor() as cur:
+            cur.execute(sql, args)
+            return cur.fetchall() if cur.description else [(cur.rowcount,)]
+
+    def scalar(self, sql: str, args: tuple | dict = ()):
+        return self.query(sql, args)[0][0]
+
+    def backend_cpu(self) -> dict[int, int]:
+        """CPU ticks of the database's other backends now (see backend_ticks)."""
+        return backend_ticks(self.conn, self.dbname)
+
+    def backend_cpu_since(self, before: dict[int, int]) -> float:
+        return backend_cpu_since(self.conn, self.dbname, before)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def backend_ticks(conn, dbname: str) -> dict[int, int]:
     """CPU ticks of every PostgreSQL backend serving `dbname` but `conn`'s own: another benchmark may be
     using other databases of the same server at the same moment."""

@@ -34,12 +34,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import psycopg2  # noqa: E402
 import redis  # noqa: E402
 import requests  # noqa: E402
 
 from bench.common import (  # noqa: E402
-    PG, PYTHON, RESULTS, VIGIL, BenchError, Processes, change_spec, clone_monitors, database_url, failed, figure,
+    PYTHON, Db, RESULTS, VIGIL, BenchError, Processes, change_spec, clone_monitors, database_url, failed, figure,
     fresh_database, free_port, hold_signals, prepare, publish, record, seed_page_monitors, tree_memory, versions,
     wait_listening,
 )
@@ -95,13 +94,12 @@ def seed(base: str, monitors: int, checked: int, env: dict) -> int:
     seed_page_monitors(env, base, checked, change_spec(INTERVAL_SECONDS), lambda now: now + timedelta(days=1))
     from engine.tokens import hash_password
 
-    conn = psycopg2.connect(dbname=DB_NAME, **PG)
-    with conn, conn.cursor() as cur:
-        cur.execute("UPDATE users SET password_hash = %s WHERE email = %s", (hash_password(PASSWORD), EMAIL))
-        cur.execute("SELECT m.id, m.created_at, c.id FROM monitors m JOIN conversations c ON c.id = m.conversation_id "
-                    "ORDER BY m.created_at LIMIT 1")
-        template, created, conversation = cur.fetchone()
-    conn.close()
+    db = Db(DB_NAME)
+    db.query("UPDATE users SET password_hash = %s WHERE email = %s", (hash_password(PASSWORD), EMAIL))
+    template, created, conversation = db.query(
+        "SELECT m.id, m.created_at, c.id FROM monitors m JOIN conversations c ON c.id = m.conversation_id "
+        "ORDER BY m.created_at LIMIT 1")[0]
+    db.close()
     if monitors > checked:
         clone_monitors(DB_NAME, template, monitors - checked, created + timedelta(days=1), INTERVAL_SECONDS,
                        INTERVAL_SECONDS, created + timedelta(days=29))
@@ -111,14 +109,12 @@ def seed(base: str, monitors: int, checked: int, env: dict) -> int:
 def check_rounds(rounds: int, checked: int, procs: Processes, env: dict) -> None:
     """Make the owner's monitors due `rounds` times; each time, wait until the worker has checked them all."""
     events = EventCounter(REDIS_URL, env["DATABASE_URL"])
-    conn = psycopg2.connect(dbname=DB_NAME, **PG)
-    conn.autocommit = True
+    db = Db(DB_NAME)
     try:
         for number in range(rounds):
             target = events.count + checked
-            with conn.cursor() as cur:
-                cur.execute("UPDATE monitors SET next_check_at = now() at time zone 'utc' - interval '1 second' "
-                            "FROM users WHERE users.id = monitors.user_id AND users.email = %s", (EMAIL,))
+            db.query("UPDATE monitors SET next_check_at = now() at time zone 'utc' - interval '1 second' "
+                     "FROM users WHERE users.id = monitors.user_id AND users.email = %s", (EMAIL,))
             deadline = time.monotonic() + 120
             while events.count < target:
                 if time.monotonic() > deadline:
@@ -128,7 +124,7 @@ def check_rounds(rounds: int, checked: int, procs: Processes, env: dict) -> None
                 time.sleep(0.1)
     finally:
         events.close()
-        conn.close()
+        db.close()
 
 
 def web_requests(base: str, token: str, conversation: int, rounds: int) -> int:
@@ -179,11 +175,9 @@ def run_vigil(args, procs: Processes, base: str) -> tuple[list[Reading], dict]:
         token = vigil_command("token", "create", "--user", EMAIL, env=env).strip().splitlines()[-1]
     except AssertionError as exc:
         raise BenchError(str(exc)) from None
-    count = psycopg2.connect(dbname=DB_NAME, **PG)
-    with count, count.cursor() as cur:
-        cur.execute("SELECT count(*) FROM monitors WHERE status = 'active'")
-        monitors = cur.fetchone()[0]
-    count.close()
+    db = Db(DB_NAME)
+    monitors = db.scalar("SELECT count(*) FROM monitors WHERE status = 'active'")
+    db.close()
     pids = start_vigil(procs, env, port, "full")
     readings.append(read(f"{monitors:,} monitors, idle", pids))
     check_rounds(args.rounds, args.checked, procs, env)

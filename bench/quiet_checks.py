@@ -38,9 +38,9 @@ import redis  # noqa: E402
 import requests  # noqa: E402
 
 from bench.common import (  # noqa: E402,F401  (some re-exported: the other benchmarks import them from here)
-    DATABASE_URL, DB_NAME, PG, PYTHON, REDIS_URL, RESULTS, VIGIL, BenchError, Processes, change_spec, failed,
-    figure, record, hold_signals, prepare, publish, command_cpu, ensure_database, free_port, reset_schema, seed_page_monitors,
-    tree_cpu, tree_size, versions, wait_listening,
+    DATABASE_URL, DB_NAME, PG, PYTHON, REDIS_URL, RESULTS, VIGIL, BenchError, Db, Processes, change_spec,
+    command_cpu, ensure_database, failed, figure, free_port, hold_signals, prepare, publish, record, reset_schema,
+    seed_page_monitors, tree_cpu, tree_size, versions, wait_listening,
 )
 from bench.pages import page_html  # noqa: E402
 from engine.content import html_to_text  # noqa: E402
@@ -125,20 +125,18 @@ def create_monitors(base: str, n: int) -> None:
     seed_page_monitors(VIGIL_ENV, base, n, change_spec(INTERVAL_SECONDS), lambda now: now - timedelta(seconds=1))
 
 
-class Stats:
+class Stats(Db):
     """The bench's own autocommit connection to vigil_bench; counts every transaction it makes, so
     they can be taken out of pg_stat_database's xact counts."""
 
     def __init__(self) -> None:
-        self.conn = psycopg2.connect(dbname=DB_NAME, application_name="vigil-bench", **PG)
-        self.conn.autocommit = True
+        super().__init__(DB_NAME)
         self.transactions = 0
 
     def query(self, sql: str, args: tuple = ()) -> list[tuple]:
-        with self.conn.cursor() as cur:
-            cur.execute(sql, args)
-            self.transactions += 1
-            return cur.fetchall() if cur.description else [(cur.rowcount,)]
+        rows = super().query(sql, args)
+        self.transactions += 1
+        return rows
 
     def progress(self) -> tuple[int, int]:
         """Checks finished (monitor.updated events the worker published after each) and claims made.
@@ -184,8 +182,6 @@ class Stats:
             "OR fire_count <> 0")[0][0]
         return found
 
-    def close(self) -> None:
-        self.conn.close()
 
 
 def redis_counters(client: redis.Redis) -> dict:
@@ -221,10 +217,11 @@ class EventCounter:
         self._thread.start()
 
     def _run(self) -> None:
-        for message in self._pubsub.listen():
-            if b'"monitor.updated"' in message["data"]:
-                self.count += 1
-                self.last_at = datetime.now(timezone.utc).replace(tzinfo=None)
+        with contextlib.suppress(redis.ConnectionError, OSError, ValueError):  # close() cuts the connection
+            for message in self._pubsub.listen():
+                if b'"monitor.updated"' in message["data"]:
+                    self.count += 1
+                    self.last_at = datetime.now(timezone.utc).replace(tzinfo=None)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):

@@ -34,13 +34,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import psycopg2  # noqa: E402
 import redis  # noqa: E402
 
+from bench import common  # noqa: E402
 from bench.common import (  # noqa: E402
-    PG, PYTHON, RESULTS, VIGIL, BenchError, Processes, backend_cpu_since, backend_ticks, change_spec,
-    clone_monitors, database_url, failed, figure, fresh_database, free_port, hold_signals, prepare, publish,
-    record, seed_page_monitors, tree_cpu, versions, wait_listening,
+    PYTHON, RESULTS, VIGIL, BenchError, Processes, change_spec, clone_monitors, database_url, failed, figure,
+    fresh_database, free_port, hold_signals, prepare, publish, record, seed_page_monitors, tree_cpu, versions,
+    wait_listening,
 )
 from tests.processes import vigil as vigil_command  # noqa: E402
 
@@ -85,28 +85,17 @@ class Phase:
         return self.scheduler_cpu + self.pg_cpu
 
 
-class Db:
+class Db(common.Db):
     """The bench's own autocommit connection to vigil_bench_sched."""
 
     def __init__(self) -> None:
-        self.conn = psycopg2.connect(dbname=DB_NAME, application_name="scheduler-bench", **PG)
-        self.conn.autocommit = True
-
-    def scalar(self, sql: str, args: tuple = ()):
-        with self.conn.cursor() as cur:
-            cur.execute(sql, args)
-            return cur.fetchone()[0]
+        super().__init__(DB_NAME, "scheduler-bench")
 
     def scans(self) -> tuple[int, int]:
         """Sequential and index scans of the monitors table so far (flushed by each backend about every second)."""
-        with self.conn.cursor() as cur:
-            cur.execute("SELECT pg_stat_force_next_flush()")
-            cur.execute("SELECT seq_scan, idx_scan FROM pg_stat_user_tables WHERE relname = 'monitors'")
-            seq, idx = cur.fetchone()
-            return seq, idx or 0
-
-    def close(self) -> None:
-        self.conn.close()
+        self.query("SELECT pg_stat_force_next_flush()")
+        seq, idx = self.query("SELECT seq_scan, idx_scan FROM pg_stat_user_tables WHERE relname = 'monitors'")[0]
+        return seq, idx or 0
 
 
 def seed(base: str, armed: int, due: int, window: float, interval: int) -> datetime:
@@ -117,10 +106,8 @@ def seed(base: str, armed: int, due: int, window: float, interval: int) -> datet
     except AssertionError as exc:
         raise BenchError(str(exc)) from None
     seed_page_monitors(ENV, base, 1, change_spec(interval), lambda now: now + timedelta(days=1))
-    conn = psycopg2.connect(dbname=DB_NAME, **PG)
-    with conn, conn.cursor() as cur:
-        cur.execute("SELECT id, created_at FROM monitors")
-        template, created = cur.fetchone()
+    db = Db()
+    template, created = db.query("SELECT id, created_at FROM monitors")[0]
     t0 = utcnow() + timedelta(seconds=LEAD_SECONDS + 4 + armed / 20000)  # the insert takes a while
     expires = created + timedelta(days=29)
     # `due` spread over the window; the rest over the remainder of one interval, but for the few seconds after
@@ -130,9 +117,8 @@ def seed(base: str, armed: int, due: int, window: float, interval: int) -> datet
         later = window + TAIL_SECONDS
         clone_monitors(DB_NAME, template, armed - due, t0 + timedelta(seconds=later), window * armed / due - later,
                        interval, expires, prefix="later")
-    with conn, conn.cursor() as cur:
-        cur.execute("DELETE FROM monitors WHERE id = %s", (template,))
-    conn.close()
+    db.query("DELETE FROM monitors WHERE id = %s", (template,))
+    db.close()
     return t0
 
 
@@ -158,10 +144,10 @@ def run_phase(name: str, base: str, armed: int, due: int, window: float, interva
         phase = Phase(name, armed, windows=1)
         phase.claimed_early = db.scalar("SELECT coalesce(sum(claim_seq), 0) FROM monitors")
         seq0, idx0 = db.scans()
-        pg0, cpu0, wall0 = backend_ticks(db.conn, DB_NAME), tree_cpu(scheduler.pid), time.perf_counter()
+        pg0, cpu0, wall0 = db.backend_cpu(), tree_cpu(scheduler.pid), time.perf_counter()
         sleep_until(t0 + timedelta(seconds=window + TAIL_SECONDS), procs)
         phase.scheduler_cpu = tree_cpu(scheduler.pid) - cpu0
-        phase.pg_cpu = backend_cpu_since(db.conn, DB_NAME, pg0)
+        phase.pg_cpu = db.backend_cpu_since(pg0)
         phase.wall = time.perf_counter() - wall0
         seq1, idx1 = db.scans()
         phase.seq_scans, phase.idx_scans = seq1 - seq0, idx1 - idx0

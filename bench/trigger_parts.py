@@ -25,11 +25,8 @@ if str(ROOT) not in sys.path:
 
 import requests  # noqa: E402
 
-import psycopg2  # noqa: E402
-
-from bench.common import (  # noqa: E402
-    PG, PYTHON, RESULTS, BenchError, Processes, backend_cpu_since, backend_ticks, tree_cpu,
-)
+from bench import common  # noqa: E402
+from bench.common import PYTHON, RESULTS, BenchError, Processes, tree_cpu  # noqa: E402
 
 DB_NAME = "vigil_bench_triggers"
 DATABASE_URL = f"postgresql://vigil:vigil@127.0.0.1:5432/{DB_NAME}"
@@ -43,31 +40,16 @@ BASELINE_TABLE = "bench_baseline_deliveries"
 PROFILE_RATE = 100  # py-spy samples per second
 
 
-class Db:
+class Db(common.Db):
     """The bench's own autocommit connection to vigil_bench_triggers."""
 
     def __init__(self) -> None:
-        self.conn = psycopg2.connect(dbname=DB_NAME, application_name="trigger-bench", **PG)
-        self.conn.autocommit = True
-        self.pid = self.query("SELECT pg_backend_pid()")[0][0]
-
-    def query(self, sql: str, args: tuple = ()) -> list[tuple]:
-        with self.conn.cursor() as cur:
-            cur.execute(sql, args)
-            return cur.fetchall() if cur.description else [(cur.rowcount,)]
-
-    def scalar(self, sql: str, args: tuple = ()):
-        return self.query(sql, args)[0][0]
-
-    def backend_cpu(self) -> dict[int, int]:
-        return backend_ticks(self.conn, DB_NAME)
-
-    def close(self) -> None:
-        self.conn.close()
+        super().__init__(DB_NAME, "trigger-bench")
+        self.pid = self.scalar("SELECT pg_backend_pid()")
 
 
 def pg_cpu_since(db: Db, before: dict[int, int]) -> float:
-    return backend_cpu_since(db.conn, DB_NAME, before)
+    return db.backend_cpu_since(before)
 
 
 @dataclass
