@@ -7,9 +7,10 @@ Missing initdb or redis-server skips these tests locally and fails them under th
 from __future__ import annotations
 
 import pytest
+import redis
 
 from tests.conftest import REQUIRE_SERVICES
-from tests.reliability.services import Postgres, Redis, missing_tools
+from tests.reliability.services import Postgres, Redis, ensure_running, missing_tools
 from tests.reliability.stack import Stack, new_stack
 from tests.servers import PageServer
 
@@ -49,13 +50,10 @@ def redis_server():
 @pytest.fixture()
 def services(pg_server, redis_server):
     """Both servers up at the start of each test (a failed test may have left one stopped), Redis emptied."""
-    for server in (pg_server, redis_server):
-        if not server.running:
-            server.start()
-    import redis
-
+    ensure_running(pg_server, redis_server)
     redis.Redis.from_url(redis_server.url()).flushall()
     return pg_server, redis_server
+
 
 
 @pytest.fixture()

@@ -76,7 +76,7 @@ class Postgres:
         self._as_root = os.geteuid() == 0
         if self._as_root:
             shutil.chown(self.root, "postgres", "postgres")
-        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
+        self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--locale=C", "--no-sync")
         conf = self.data / "postgresql.conf"
         with open(conf, "a") as fh:
             fh.write(_PG_CONF.format(port=self.port, sockets=self.root))
@@ -181,3 +181,10 @@ class Redis:
     def destroy(self) -> None:
         self.stop()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def ensure_running(*servers: Postgres | Redis) -> None:
+    """Start any that a failed test left stopped."""
+    for server in servers:
+        if not server.running:
+            server.start()

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import pytest
 import requests
 
+from tests.reliability.services import ensure_running
 from tests.reliability.stack import Stack, new_stack
 from tests.servers import PageServer
 
@@ -141,6 +142,7 @@ def _settle(stack: Stack, accepted: int) -> bool:
 @pytest.fixture(scope="module")
 def run(pg_server, redis_server):
     """Build the stack and the monitors, then send, change pages and inject faults at once; yields what happened."""
+    ensure_running(pg_server, redis_server)
     pages = PageServer().start()
     stack = new_stack(pg_server, redis_server)
     try:
