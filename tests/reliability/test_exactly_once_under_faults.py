@@ -75,7 +75,7 @@ def _send(delivery: Delivery, session: requests.Session, start: float) -> None:
         delivery.answers.append((time.monotonic() - start, response.status_code,
                                  {name.lower(): value for name, value in response.headers.items()},
                                  response.text[:300]))
-        if response.status_code == 202 or response.status_code < 500:
+        if response.status_code < 500:  # 202, or an answer that retrying would not change
             return
         time.sleep(min(float(response.headers.get("Retry-After", "1") or 1), 1.0) / 2)
 
