@@ -44,6 +44,18 @@ def _mark_claimed(now: datetime, next_times: list[tuple[str, datetime]]) -> None
         "WHERE monitors.id = v.column1", params)
 
 
+def release(claims: list[tuple[str, int]], now: datetime) -> None:
+    """Undo claims whose check could not be queued (Redis down): due again at once, and not counted.
+
+    Only claims still current are released; prev_checked_at keeps the claim's value.
+    """
+    p = database.param
+    for monitor_id, seq in claims:
+        database.execute_sql(
+            f"UPDATE monitors SET check_count = check_count - 1, last_checked_at = prev_checked_at, "
+            f"next_check_at = {p} WHERE id = {p} AND claim_seq = {p}", (now, monitor_id, seq))
+
+
 @dataclass
 class Claimed:
     """What a check needs of a claimed monitor, read without building a model row."""

@@ -26,8 +26,10 @@ def bind(url: str) -> peewee.Database:
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         db = connect(url, pragmas=_SQLITE_PRAGMAS, autoconnect=False, check_same_thread=False)
     else:
-        db = PooledPostgres(**parse(_plain_postgres(url)), autoconnect=False, max_connections=32,
-                            stale_timeout=300, timeout=10)
+        # connect_timeout: a host that drops packets fails a connect in 10 s instead of hanging it (a URL's
+        # ?connect_timeout= wins)
+        db = PooledPostgres(**{"connect_timeout": 10, **parse(_plain_postgres(url))}, autoconnect=False,
+                            max_connections=32, stale_timeout=300, timeout=10)
     database.initialize(db)
     return db
 

@@ -11,7 +11,7 @@ import time
 from datetime import datetime, timedelta
 
 from models import connection, utcnow
-from models.claims import claim_due
+from models.claims import claim_due, release
 from models.monitors import expire_due
 from models.triggers import unprocessed
 from tasks.broker import UNAVAILABLE, first_line
@@ -30,7 +30,11 @@ def tick(now: datetime, batch_size: int) -> int:
             publish_message(monitor.user_id, monitor.conversation.external_id, message)
     claimed = claim_due(now, batch_size)
     for start in range(0, len(claimed), BATCH_SIZE):
-        check_monitors.send([list(claim) for claim in claimed[start:start + BATCH_SIZE]])
+        try:
+            check_monitors.send([list(claim) for claim in claimed[start:start + BATCH_SIZE]])
+        except UNAVAILABLE:  # the queue is down: what was not queued is due again, not skipped an interval
+            release(claimed[start:], now)
+            raise
     return len(claimed)
 
 

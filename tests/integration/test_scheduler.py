@@ -77,3 +77,27 @@ def test_expiry_without_firing_tells_the_conversation_once(owner, broker):
     [message] = messages
     assert message.metadata["wake"]["source"] == "monitor_expired"
     assert "expired without firing" in message.content
+
+
+def test_claims_that_could_not_be_queued_are_due_again_and_not_counted(owner, settings, broker, drain):
+    """Redis down at enqueue: the claimed monitors are not left waiting a whole interval."""
+    from dataclasses import replace
+
+    import pytest
+
+    from tasks.broker import UNAVAILABLE, setup_broker
+    from tests.processes import free_port
+
+    ids = seed_monitors(owner[0], 3)
+    setup_broker(replace(settings, REDIS_URL=f"redis://127.0.0.1:{free_port()}/0"))  # nothing listens there
+    with db(), pytest.raises(UNAVAILABLE):
+        tick(utcnow(), 100)
+    with db():
+        rows = list(Monitor.select().where(Monitor.id.in_(ids)))
+    assert [row.check_count for row in rows] == [0, 0, 0] and all(row.next_check_at <= utcnow() for row in rows)
+    setup_broker(settings, broker=broker)  # the queue is back
+    with db():
+        assert tick(utcnow(), 100) == 3
+    drain()
+    with db():
+        assert [row.check_count for row in Monitor.select().where(Monitor.id.in_(ids))] == [1, 1, 1]
