@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+
+import peewee
 
 import requests
 
@@ -21,6 +26,10 @@ from models.tables import ACTIVE, Delivery, Monitor, TriggerLink
 
 #: attempts when another delivery of the same link updated the monitor first
 ATTEMPTS = 5
+#: the first key of the advisory locks held while a delivery is judged ("vd")
+_LOCKS = 0x7664
+_local = threading.Lock()
+_judging: set[int] = set()
 
 
 @dataclass(frozen=True)
@@ -59,18 +68,53 @@ def _attempt(delivery_id, session, judge, life, max_text_bytes, now) -> Processe
         return _misfit(delivery, monitor, str(exc), now)
     outcome = Outcome(FIRED if verdict.fired else CHANGED, content_hash=content.digest, verdict=verdict,
                       text=content.text)
-    unchecked = False
     if outcome.kind == FIRED and monitor.condition:
-        step = judge_match(monitor, outcome, session, judge, now)
-        if step.over_budget or step.failure:
-            return _judge_trouble(delivery, monitor, step, outcome, now)
-        outcome, unchecked = step.outcome, step.unchecked
+        with _exclusive(delivery.id) as ours:
+            if not ours or _processed(delivery.id):  # another worker has this delivery's judge call
+                return Processed()
+            step = judge_match(monitor, outcome, session, judge, now)
+            if step.over_budget or step.failure:
+                return _judge_trouble(delivery, monitor, step, outcome, now)
+            return _record(delivery, monitor, step.outcome, step.unchecked, life, now)
+    return _record(delivery, monitor, outcome, False, life, now)
+
+
+def _record(delivery: Delivery, monitor: Monitor, outcome: Outcome, unchecked: bool, life: Lifecycle,
+            now: datetime) -> Processed:
     with database.atomic():
         _mark(delivery, now, outcome.kind)
         recorded = record_check(monitor, monitor.claim_seq, outcome, now, life, unchecked, source="trigger")
         if not recorded.written:
             raise _Lost()
     return Processed(monitor, recorded.woke)
+
+
+@contextmanager
+def _exclusive(delivery_id: int) -> Iterator[bool]:
+    """Whether this worker may judge the delivery. The sweep can queue a delivery again while a slow judge
+    call is still working on it; a second worker then leaves it alone rather than pay for the call twice.
+    A worker that dies drops the lock with its connection, and the sweep brings the delivery back."""
+    if isinstance(database.obj, peewee.PostgresqlDatabase):
+        ours = database.execute_sql("SELECT pg_try_advisory_lock(%s, %s)", (_LOCKS, delivery_id)).fetchone()[0]
+        try:
+            yield ours
+        finally:
+            if ours:
+                database.execute_sql("SELECT pg_advisory_unlock(%s, %s)", (_LOCKS, delivery_id))
+        return
+    with _local:  # embedded: one process, so a set of the deliveries being judged here does
+        ours = delivery_id not in _judging
+        _judging.add(delivery_id)
+    try:
+        yield ours
+    finally:
+        if ours:
+            with _local:
+                _judging.discard(delivery_id)
+
+
+def _processed(delivery_id: int) -> bool:
+    return Delivery.select().where((Delivery.id == delivery_id) & Delivery.processed_at.is_null(False)).exists()
 
 
 def _misfit(delivery: Delivery, monitor: Monitor, problem: str, now: datetime) -> Processed:

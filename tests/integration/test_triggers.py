@@ -265,3 +265,23 @@ def test_simultaneous_deliveries_never_go_past_max_hits(client, owner):
     assert answers.count("stored") == 3 and answers.count("ended") == 21
     with db():
         assert Delivery.select().count() == 3 and TriggerLink.get(TriggerLink.id == link.id).hits == 3
+
+
+def test_a_delivery_queued_again_while_its_judge_is_slow_is_judged_once(client, owner, broker, drain, reconfigure):
+    """The sweep queues a delivery still in progress (a judge call can outlast DELIVERY_SWEEP_SECONDS):
+    the second worker thread leaves it to the first instead of paying for a second judge call."""
+    from tasks.deliveries import process_delivery
+    from tests.judge_server import JudgeServer
+
+    with JudgeServer("slow", slow_seconds=1.5) as judge:
+        reconfigure(JUDGE_BASE_URL=judge.base_url, JUDGE_API_KEY="sk-test", JUDGE_MODEL="judge-mini")
+        result = create(client, owner[1], condition="the deploy finished")
+        assert client.post(path_of(result["url"]), json={"status": "done"}).status_code == 202
+        with db():
+            [delivery] = Delivery.select()
+        process_delivery.send(delivery.id)  # as the sweep would, while the first message is being judged
+        drain()
+        assert len(judge.requests) == 1
+    assert len(wakes(result["monitor_id"])) == 1
+    with db():
+        assert Delivery.get_by_id(delivery.id).outcome == "fired"
