@@ -23,6 +23,7 @@ from app.tool import ToolController
 from app.triggers import TriggersController
 from models import connection, database
 from tasks.broker import UNAVAILABLE, first_line
+from tasks.deliveries import relay
 from tasks.runtime import current
 from vigil.settings import Settings
 
@@ -51,6 +52,11 @@ def _reachable(ping) -> str:
     return "ok"
 
 
+def _hand_over_deliveries() -> None:
+    """On shutdown, queue what the relay still holds (whatever it can't, the sweep queues later)."""
+    relay.wait_idle(timeout=5)
+
+
 def create_app(settings: Settings) -> Litestar:
     """The web app; the caller has bound the database and configured tasks.runtime."""
     session = CookieBackendConfig(secret=hashlib.sha256(f"session:{settings.SECRET_KEY}".encode()).digest(),
@@ -63,6 +69,7 @@ def create_app(settings: Settings) -> Litestar:
                         create_static_files_router(path="/static", directories=[STATIC])],
         middleware=[session.middleware],
         exception_handlers=unavailable.HANDLERS,
+        on_shutdown=[_hand_over_deliveries],
         template_config=TemplateConfig(instance=JinjaTemplateEngine.from_environment(env)),
         logging_config=None,  # vigil.logs set logging up already; Litestar's default would reset LOG_LEVEL
     )

@@ -1,9 +1,8 @@
 """POST /api/triggers/{token}: a sender wakes a conversation. No model runs here: the delivery is stored,
-answered 202, and queued for a worker."""
+answered 202, and handed to the relay that queues it for a worker (tasks/deliveries.py)."""
 
 from __future__ import annotations
 
-import logging
 import time
 
 from litestar import Controller, Request, Response, post, route
@@ -15,10 +14,9 @@ from app.openapi import Accepted, ErrorBody, errors
 from engine.signatures import delivery_id, is_github_ping, verify
 from models import connection, utcnow
 from models.triggers import LinkEnded, find_link, is_live, store_delivery
-from tasks.deliveries import process_delivery
+from tasks.deliveries import relay
 from tasks.runtime import current
 
-log = logging.getLogger(__name__)
 NOT_FOUND = {"detail": "Not found."}
 
 
@@ -80,7 +78,7 @@ def _deliver(token: str, headers: dict, body: bytes) -> Response:
         except LinkEnded:
             return _answer(404, NOT_FOUND)
     if stored is not None:
-        _enqueue(stored)
+        relay.put(stored)
     return _answer(202, {"accepted": True})
 
 
@@ -104,11 +102,3 @@ def _text(body: bytes) -> str | None:
     except UnicodeDecodeError:
         return None
     return None if "\x00" in text else text
-
-
-def _enqueue(delivery_id_: int) -> None:
-    """Queue the stored delivery; if the broker is down the scheduler's sweep queues it later."""
-    try:
-        process_delivery.send(delivery_id_)
-    except Exception:  # noqa: BLE001 — stored already: a lost enqueue only delays it
-        log.warning("delivery %s stored but not queued; the sweep will queue it", delivery_id_)

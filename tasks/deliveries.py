@@ -1,6 +1,10 @@
-"""The delivery actor: one stored trigger delivery through the check, judge and wake."""
+"""The delivery actors: stored trigger deliveries through the check, judge and wake; and the relay that
+queues them from a web process."""
 
 from __future__ import annotations
+
+import logging
+import threading
 
 import dramatiq
 
@@ -24,4 +28,66 @@ def process_delivery(delivery_id: int) -> None:
         publish_message(done.monitor.user_id, done.monitor.conversation.external_id, done.woke)
 
 
-ACTORS = [process_delivery]
+#: the most deliveries one message carries
+BATCH = 8
+log = logging.getLogger(__name__)
+
+
+@dramatiq.actor(queue_name="deliveries", max_retries=5, min_backoff=500, max_backoff=30000,
+                time_limit=BATCH * 180_000)
+def process_deliveries(delivery_ids: list[int]) -> None:
+    """Deliveries the relay queued together, each on its own: one that fails is queued again alone, with
+    its own retries, and holds up none of the others."""
+    for delivery_id in delivery_ids:
+        try:
+            process_delivery.fn(delivery_id)
+        except Exception as exc:  # noqa: BLE001 — handed to its own message, which retries it
+            log.warning("delivery %s failed in a batch (%s); queued again on its own", delivery_id, exc)
+            process_delivery.send(delivery_id)
+
+
+class Relay:
+    """Queues stored deliveries for the workers from one thread of the web process.
+
+    A request hands its stored delivery over and answers 202 at once. When deliveries arrive faster than a
+    round trip to Redis, those that piled up meanwhile go in one message: under load the web process makes
+    far fewer enqueue calls. Whatever a crash leaves here is stored already, so the scheduler's sweep
+    queues it (DELIVERY_SWEEP_SECONDS).
+    """
+
+    def __init__(self) -> None:
+        self._pending: list[int] = []
+        self._sending = 0
+        self._ready = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def put(self, delivery_id: int) -> None:
+        with self._ready:
+            self._pending.append(delivery_id)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="vigil-delivery-relay", daemon=True)
+                self._thread.start()
+            self._ready.notify_all()
+
+    def wait_idle(self, timeout: float = 10.0) -> bool:
+        """Block until everything handed over has been sent (or failed to send); for shutdown and tests."""
+        with self._ready:
+            return self._ready.wait_for(lambda: not self._pending and not self._sending, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._ready:
+                self._ready.wait_for(lambda: self._pending)
+                batch, self._pending = self._pending[:BATCH], self._pending[BATCH:]
+                self._sending = len(batch)
+            try:
+                process_deliveries.send(batch)
+            except Exception as exc:  # noqa: BLE001 — stored already: the sweep queues them later
+                log.warning("deliveries %s stored but not queued (%s); the sweep will queue them", batch, exc)
+            with self._ready:
+                self._sending = 0
+                self._ready.notify_all()
+
+
+relay = Relay()
+ACTORS = [process_delivery, process_deliveries]

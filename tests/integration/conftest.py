@@ -64,7 +64,10 @@ def broker(settings):
 @pytest.fixture()
 def drain(broker):
     """Process every queued message, then return."""
+    from tasks.deliveries import relay
+
     def run() -> None:
+        assert relay.wait_idle(), "the web's delivery relay did not hand its deliveries to the broker"
         broker.join("checks")
         broker.join("deliveries")
     return run

@@ -285,3 +285,45 @@ def test_a_delivery_queued_again_while_its_judge_is_slow_is_judged_once(client, 
     assert len(wakes(result["monitor_id"])) == 1
     with db():
         assert Delivery.get_by_id(delivery.id).outcome == "fired"
+
+
+def test_simultaneous_deliveries_each_wake_once_through_the_relay(client, owner, drain, reconfigure):
+    """Deliveries that arrive together may share a message to the workers; each still wakes exactly once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    reconfigure(MONITOR_MAX_WAKES=100, MONITOR_MAX_WAKES_PER_HOUR=100)
+    result = create(client, owner[1], max_wakes=100)
+
+    def deliver(n: int) -> int:
+        return client.post(path_of(result["url"]), json={"n": n}, headers={"Idempotency-Key": f"n{n}"}).status_code
+
+    with ThreadPoolExecutor(8) as pool:
+        assert set(pool.map(deliver, range(40))) == {202}
+    drain()
+    woken = sorted(json.loads(w.content[w.content.index("{"):w.content.rindex("}") + 1])["n"]
+                   for w in wakes(result["monitor_id"]))
+    assert woken == list(range(40))
+
+
+def test_a_delivery_the_relay_could_not_queue_is_swept_and_woken_once(client, owner, broker, drain, settings):
+    """Redis down when the relay sends: the delivery is stored and answered 202, and the sweep queues it."""
+    from dataclasses import replace
+
+    from models import utcnow
+    from tasks.broker import setup_broker
+    from tasks.deliveries import relay
+    from tasks.scheduler import sweep
+    from tests.processes import free_port
+
+    result = create(client, owner[1])
+    setup_broker(replace(settings, REDIS_URL=f"redis://127.0.0.1:{free_port()}/0"))  # nothing listens there
+    assert client.post(path_of(result["url"]), json={"status": "done"}).status_code == 202
+    assert relay.wait_idle()
+    with db():
+        [stored] = Delivery.select()
+    assert stored.processed_at is None
+    setup_broker(settings, broker=broker)  # Redis is back
+    with db():
+        assert sweep(utcnow(), 0) == 1
+    drain()
+    assert len(wakes(result["monitor_id"])) == 1

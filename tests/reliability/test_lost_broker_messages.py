@@ -25,7 +25,7 @@ from litestar.testing import TestClient
 import tasks.runtime as runtime
 from models import connection, database, utcnow
 from models.db import bind
-from tasks.deliveries import process_delivery
+from tasks.deliveries import process_delivery, relay
 from tasks.scheduler import sweep
 from vigil.settings import Settings
 
@@ -40,18 +40,19 @@ class LossyBroker(RedisBroker):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.drop_sends = False          #: drop every process_delivery enqueue, as a failed enqueue would
+        self.drop_sends = False          #: drop every delivery enqueue, as a failed enqueue would
         self.fail_retries = False        #: raise on a retry's enqueue, as Redis being unreachable right then would
         self.dropped: list[int] = []
         self.failed_retries: list[int] = []
 
     def enqueue(self, message, *, delay=None):
-        if message.actor_name == "process_delivery":
+        if message.actor_name in ("process_delivery", "process_deliveries"):  # one id, or the relay's batch
+            ids = message.args[0] if message.actor_name == "process_deliveries" else [message.args[0]]
             if self.fail_retries and message.options.get("retries"):
-                self.failed_retries.append(message.args[0])
+                self.failed_retries.extend(ids)
                 raise redis.ConnectionError("Error 111 connecting: Connection refused (injected by the test)")
             if self.drop_sends and delay is None:
-                self.dropped.append(message.args[0])
+                self.dropped.extend(ids)
                 return message
         return super().enqueue(message, delay=delay)
 
@@ -126,6 +127,7 @@ def test_lost_delivery_messages_are_swept_and_processed_exactly_once(vigil_here)
     def deliver(fact: str) -> int:
         response = client.post(f"/{path}", json={"fact": f"fact-{fact}"}, headers={"Idempotency-Key": fact})
         assert response.status_code == 202, response.text
+        assert relay.wait_idle(), "the web's relay did not hand the delivery to the broker"
         [(delivery_id,)] = _query("SELECT id FROM deliveries WHERE dedupe_key = %s", (f"id:{fact}",))
         return delivery_id
 
@@ -139,8 +141,9 @@ def test_lost_delivery_messages_are_swept_and_processed_exactly_once(vigil_here)
     assert redis.Redis.from_url(rds.url(3)).llen("dramatiq:deliveries") == 0, "nothing reached the queue"
 
     # 2. A failed attempt whose retry cannot be enqueued (PR #545): PostgreSQL is down for the first attempt.
-    broker.drop_sends = False
+    # Its own first message is dropped, so the only attempt is the one below, made with PostgreSQL down.
     retry_lost = deliver("retrylost")
+    broker.drop_sends = False
     broker.fail_retries = True
     pg.stop()
     try:
