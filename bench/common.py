@@ -427,6 +427,14 @@ def hold_signals() -> None:
         signal.signal(sig, signal.SIG_IGN)
 
 
+def clean_up(procs: "Processes", redis_url: str) -> None:
+    """The end of every run, however it ended: stop what the bench started and empty its Redis database."""
+    hold_signals()
+    procs.stop()
+    with contextlib.suppress(Exception):
+        redis.Redis.from_url(redis_url).flushdb()
+
+
 def publish(name: str, text: str) -> int:
     """Print the report and keep it in bench/results/<name>."""
     print()

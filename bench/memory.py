@@ -21,7 +21,6 @@ tree, from /proc/<pid>/smaps_rollup. Nothing asserts; see bench/README.md.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import sys
@@ -39,9 +38,8 @@ import requests  # noqa: E402
 
 from bench.common import (  # noqa: E402
     PYTHON, Db, RESULTS, VIGIL, BenchError, Processes, change_spec, clone_monitors, database_url, failed, figure,
-    fresh_database, free_port, hold_signals, prepare, publish, record, seed_page_monitors, tree_memory, versions,
-    wait_listening,
-)
+    fresh_database, free_port, prepare, publish, record, seed_page_monitors, tree_memory, versions,
+    wait_listening, clean_up)
 from bench.quiet_checks import EventCounter  # noqa: E402
 from tests.processes import vigil as vigil_command  # noqa: E402
 
@@ -298,10 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, BenchError) as exc:
         return failed(exc)
     finally:
-        hold_signals()
-        procs.stop()
-        with contextlib.suppress(Exception):
-            redis.Redis.from_url(REDIS_URL).flushdb()
+        clean_up(procs, REDIS_URL)
     record("memory", figures)
     return publish("memory.md", text_out)
 

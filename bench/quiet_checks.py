@@ -39,7 +39,7 @@ import requests  # noqa: E402
 
 from bench.common import (  # noqa: E402,F401  (some re-exported: the other benchmarks import them from here)
     DATABASE_URL, DB_NAME, PG, PYTHON, REDIS_URL, RESULTS, VIGIL, BenchError, Db, Processes, change_spec,
-    command_cpu, ensure_database, failed, figure, free_port, hold_signals, prepare, publish, record, reset_schema,
+    clean_up, command_cpu, ensure_database, failed, figure, free_port, prepare, publish, record, reset_schema,
     seed_page_monitors, tree_cpu, tree_size, versions, wait_listening,
 )
 from bench.pages import page_html  # noqa: E402
@@ -437,10 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, BenchError) as exc:
         return failed(exc)
     finally:
-        hold_signals()
-        procs.stop()
-        with contextlib.suppress(Exception):
-            redis.Redis.from_url(REDIS_URL).flushdb()
+        clean_up(procs, REDIS_URL)
     return publish("quiet_checks.md", text_out)
 
 

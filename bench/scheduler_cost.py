@@ -23,7 +23,6 @@ Nothing asserts on time; see bench/README.md.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import time
 from dataclasses import dataclass, field
@@ -39,9 +38,8 @@ import redis  # noqa: E402
 from bench import common  # noqa: E402
 from bench.common import (  # noqa: E402
     PYTHON, RESULTS, VIGIL, BenchError, Processes, change_spec, clone_monitors, database_url, failed, figure,
-    fresh_database, free_port, hold_signals, prepare, publish, record, seed_page_monitors, tree_cpu, versions,
-    wait_listening,
-)
+    fresh_database, free_port, prepare, publish, record, seed_page_monitors, tree_cpu, versions,
+    wait_listening, clean_up)
 from tests.processes import vigil as vigil_command  # noqa: E402
 
 DB_NAME = "vigil_bench_sched"
@@ -262,10 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, BenchError) as exc:
         return failed(exc)
     finally:
-        hold_signals()
-        procs.stop()
-        with contextlib.suppress(Exception):
-            redis.Redis.from_url(REDIS_URL).flushdb()
+        clean_up(procs, REDIS_URL)
     record("scheduler_cost", figures)
     return publish("scheduler_cost.md", text_out)
 
