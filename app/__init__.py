@@ -22,9 +22,10 @@ from app.templating import env
 from app.tool import ToolController
 from app.triggers import TriggersController
 from models import connection, database
-from tasks.broker import UNAVAILABLE, first_line
+from tasks.broker import UNAVAILABLE
 from tasks.deliveries import relay
 from tasks.runtime import current
+from vigil.logs import first_line
 from vigil.settings import Settings
 
 STATIC = Path(__file__).parent / "static"

@@ -10,8 +10,8 @@ import logging
 
 from litestar import Request, Response
 
-from tasks.broker import UNAVAILABLE, first_line
-from vigil.logs import mask
+from tasks.broker import UNAVAILABLE
+from vigil.logs import first_line, mask
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ from dramatiq.middleware import MiddlewareError
 from models import database
 from models.db import UNAVAILABLE as DATABASE_UNAVAILABLE
 from tasks.runtime import configure
+from vigil.logs import first_line
 from vigil.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -45,11 +46,6 @@ class DatabaseConnection(dramatiq.Middleware):
             database.close()
 
     after_skip_message = after_process_message
-
-
-def first_line(exc: Exception) -> str:
-    """What an outage error says, without the driver's multi-line hints."""
-    return (str(exc).strip().splitlines() or [""])[0]
 
 
 def setup_broker(settings: Settings, bus=None, broker: dramatiq.Broker | None = None) -> dramatiq.Broker:

@@ -14,10 +14,11 @@ from models import connection, utcnow
 from models.claims import claim_due, release
 from models.monitors import expire_due
 from models.triggers import unprocessed
-from tasks.broker import UNAVAILABLE, first_line
+from tasks.broker import UNAVAILABLE
 from tasks.checks import BATCH_SIZE, check_monitors
 from tasks.deliveries import process_delivery
 from tasks.events import publish_message, publish_monitor
+from vigil.logs import first_line
 
 log = logging.getLogger(__name__)
 

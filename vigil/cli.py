@@ -78,6 +78,7 @@ def _wait_for_database() -> None:
 
     from models import connection
     from models.db import UNAVAILABLE
+    from vigil.logs import first_line
 
     deadline = time.monotonic() + DATABASE_WAIT_SECONDS
     while True:
@@ -87,8 +88,7 @@ def _wait_for_database() -> None:
         except UNAVAILABLE as exc:
             if time.monotonic() >= deadline:
                 raise
-            logging.getLogger("vigil").warning("waiting for the database: %s",
-                                               (str(exc).strip().splitlines() or [""])[0])
+            logging.getLogger("vigil").warning("waiting for the database: %s", first_line(exc))
             time.sleep(1)
 
 

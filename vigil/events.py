@@ -93,20 +93,20 @@ class RedisBus:
 
         client = aioredis.Redis.from_url(self._url)
         pubsub = client.pubsub()
-        await pubsub.subscribe(self._channel(user_id))
-        # Redis confirms the subscription on this connection; until then an event published through
-        # another connection can be missed, so a stream says "connected" only once it is confirmed.
-        confirmed = await pubsub.get_message(timeout=5)
-        if confirmed is None or confirmed["type"] != "subscribe":
-            await pubsub.aclose()
-            await client.aclose()
-            raise redis.exceptions.TimeoutError("Redis did not confirm the event subscription within 5 s")
-        queue: asyncio.Queue = asyncio.Queue(maxsize=1000)
-        reader = asyncio.create_task(_pump(pubsub, queue))
+        reader = None
         try:
+            await pubsub.subscribe(self._channel(user_id))
+            # Redis confirms the subscription on this connection; until then an event published through
+            # another connection can be missed, so a stream says "connected" only once it is confirmed.
+            confirmed = await pubsub.get_message(timeout=5)
+            if confirmed is None or confirmed["type"] != "subscribe":
+                raise redis.exceptions.TimeoutError("Redis did not confirm the event subscription within 5 s")
+            queue: asyncio.Queue = asyncio.Queue(maxsize=1000)
+            reader = asyncio.create_task(_pump(pubsub, queue))
             yield queue
         finally:
-            reader.cancel()
+            if reader is not None:
+                reader.cancel()
             await pubsub.aclose()
             await client.aclose()
 

@@ -20,6 +20,11 @@ def mask(text: str) -> str:
     return _TOKEN.sub(lambda m: f"{m.group(1)}_…", text)
 
 
+def first_line(exc: Exception) -> str:
+    """What an error says, without a driver's multi-line hints: for one-line outage warnings."""
+    return (str(exc).strip().splitlines() or [""])[0]
+
+
 def setup_logging(level: str) -> None:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("urllib3").setLevel(logging.WARNING)
