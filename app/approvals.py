@@ -22,7 +22,7 @@ from engine.tokens import token_digest
 from models import connection, utcnow
 from models.approvals import ApprovalClosed, decide, find, view
 from models.monitors import load_for_check
-from tasks.events import publish_message, publish_monitor
+from tasks.events import publish_monitor
 from tasks.runtime import current
 
 HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer", "X-Robots-Tag": "noindex, nofollow",
@@ -88,9 +88,7 @@ def _decide(token: str, decision: str, comment: str) -> tuple[int, object, str]:
         except ApprovalClosed as exc:
             return exc.status, find(token), exc.message
         monitor = load_for_check(found.monitor_id)
-        publish_monitor(monitor)
-        if woke is not None:
-            publish_message(monitor.user_id, monitor.conversation.external_id, woke)
+        publish_monitor(monitor, woke)
         return 200, find(token), "Thank you: your decision was sent."
 
 

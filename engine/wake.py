@@ -26,7 +26,9 @@ def wake_text(description: str, found: str, on_match: str, *, last: bool, unchec
 
 def clean_found(found: str) -> str:
     """Control characters stripped, odd spaces made plain, the fence markers defused, size capped."""
-    kept = "".join(_plain(ch) for ch in found.replace("\r\n", "\n"))
+    kept = found.replace("\r\n", "\n")
+    if not kept.replace("\n", "").replace("\t", "").isprintable():  # the usual text skips the walk
+        kept = "".join(_plain(ch) for ch in kept)
     kept = kept.replace(">>>", "> > >").replace("<<<", "< < <")
     return kept if len(kept) <= MAX_FOUND_CHARS else kept[: MAX_FOUND_CHARS - 1] + "…"
 

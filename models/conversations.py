@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from models.compiled import Compiled
 from models.db import iso, utcnow
 from models.tables import ACTIVE, Conversation, Message, Monitor, User
 
@@ -29,9 +30,13 @@ def find_conversation(user: User, external_id: str) -> Conversation | None:
     return Conversation.get_or_none((Conversation.external_id == external_id) & (Conversation.user == user))
 
 
+_TOUCH = Compiled(lambda now, conversation_id: Conversation.update({Conversation.updated_at: now})
+                  .where(Conversation.id == conversation_id))
+
+
 def append_message(conversation_id: int, role: str, content: str, metadata: dict) -> Message:
     message = Message.create(conversation=conversation_id, role=role, content=content, metadata=metadata)
-    Conversation.update(updated_at=utcnow()).where(Conversation.id == conversation_id).execute()
+    _TOUCH.rowcount(utcnow(), conversation_id)
     return message
 
 

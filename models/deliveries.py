@@ -18,11 +18,12 @@ from engine.pipeline import CHANGED, FIRED, Outcome
 from engine.sources import normalize
 from engine.spec import check_from_record, source_from_record
 from engine.wake import misfit_text
+from models.compiled import Compiled
 from models.db import database
 from models.judging import JudgePolicy, judge_match
 from models.monitors import load_for_check
 from models.results import Lifecycle, Recorded, pause_and_tell, record_check, record_judge_failure, write_wake
-from models.tables import ACTIVE, Delivery, Monitor, TriggerLink
+from models.tables import ACTIVE, Conversation, Delivery, Monitor, TriggerLink
 
 #: attempts when another delivery of the same link updated the monitor first
 ATTEMPTS = 5
@@ -53,11 +54,18 @@ def process(delivery_id: int, session: requests.Session, judge: JudgePolicy, lif
     raise RuntimeError(f"delivery {delivery_id} lost the race {ATTEMPTS} times; it will be retried")
 
 
+#: a delivery with its link's monitor and that monitor's conversation, in one query
+_WITH_MONITOR = Compiled(lambda delivery_id: (
+    Delivery.select(Delivery.id, Delivery.body, Delivery.processed_at, TriggerLink.id, Monitor, Conversation.id,
+                    Conversation.external_id)
+    .join(TriggerLink).join(Monitor).join(Conversation).where(Delivery.id == delivery_id)))
+
+
 def _attempt(delivery_id, session, judge, life, max_text_bytes, now) -> Processed:
-    delivery = Delivery.get_or_none(Delivery.id == delivery_id)
+    delivery = _WITH_MONITOR.first(delivery_id)
     if delivery is None or delivery.processed_at is not None:
         return Processed()
-    monitor = load_for_check(TriggerLink.get_by_id(delivery.link_id).monitor_id)
+    monitor = delivery.link.monitor
     if monitor.status != ACTIVE:
         _mark(delivery, now, "ignored")
         return Processed(monitor)
@@ -138,8 +146,11 @@ def _judge_trouble(delivery: Delivery, monitor: Monitor, step, outcome: Outcome,
     return Processed(monitor, recorded.woke)
 
 
+_MARK = Compiled(lambda delivery_id, now, outcome: (
+    Delivery.update({Delivery.processed_at: now, Delivery.outcome: outcome})
+    .where((Delivery.id == delivery_id) & Delivery.processed_at.is_null())))
+
+
 def _mark(delivery: Delivery, now: datetime, outcome: str) -> None:
-    updated = (Delivery.update(processed_at=now, outcome=outcome)
-               .where((Delivery.id == delivery.id) & Delivery.processed_at.is_null()).execute())
-    if updated != 1:
+    if _MARK.rowcount(delivery.id, now, outcome) != 1:
         raise _Lost()

@@ -10,6 +10,7 @@ from engine.pipeline import BASELINE, Outcome
 from engine.spec import MonitorSpec, spec_to_record
 from engine.wake import expired_text
 from models.claims import Claimed
+from models.compiled import Compiled
 from models.db import database, iso, utcnow
 from models.results import write_wake
 from models.triggers import revoke
@@ -56,9 +57,13 @@ def _create(user: User, conversation: Conversation, spec: MonitorSpec, now: date
         judge_model=spec.judge_model, created_at=now, updated_at=now, **fields)
 
 
+_FOR_CHECK = Compiled(lambda monitor_id: Monitor.select(Monitor, Conversation.id, Conversation.external_id)
+                      .join(Conversation).where(Monitor.id == monitor_id))
+
+
 def load_for_check(monitor_id: str) -> Monitor | None:
-    return (Monitor.select(Monitor, Conversation.id, Conversation.external_id).join(Conversation)
-            .where(Monitor.id == monitor_id).first())
+    """The monitor with its conversation's id and external id."""
+    return _FOR_CHECK.first(monitor_id)
 
 
 def change_status(user: User, monitor_id: str, action: str) -> Monitor:

@@ -5,8 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from peewee import fn
+
 from engine.pipeline import ERROR, FIRED, QUIET, Outcome
 from engine.wake import paused_text, wake_text
+from models.compiled import Compiled
 from models.conversations import append_message
 from models.db import database, iso, utcnow
 from models.tables import ACTIVE, DONE, PAUSED, Monitor, MonitorRun, Wake
@@ -37,7 +40,7 @@ def record_check(monitor, claim_seq: int, outcome: Outcome, now: datetime,
         return _record_quiet(monitor, claim_seq, outcome)
     if not isinstance(monitor, Monitor):
         monitor = Monitor.get_by_id(monitor.id)
-    with database.atomic():
+    with database.transaction():  # inside a caller's transaction, part of it (no savepoint round trips)
         if outcome.kind == ERROR:
             return _record_error(monitor, claim_seq, outcome, now, life)
         return _record_change(monitor, claim_seq, outcome, now, life, unchecked, source)
@@ -113,10 +116,14 @@ def pause_and_tell(monitor: Monitor, claim_seq: int, reason: str, now: datetime,
                     paused=True)
 
 
+#: the wakes that count toward the hourly cap: not the expiry notice, not pause notices
+_WAKES_SINCE = Compiled(lambda monitor_id, since, expired, paused: Wake.select(fn.COUNT(Wake.id)).where(
+    (Wake.monitor == monitor_id) & (Wake.created_at > since) & (Wake.dedupe_key != expired)
+    & ~(Wake.dedupe_key ** paused)))  # ** is (I)LIKE on both databases
+
+
 def wakes_in_last_hour(monitor_id: str, now: datetime) -> int:
-    return (Wake.select().where((Wake.monitor == monitor_id) & (Wake.created_at > now - timedelta(hours=1))
-                                & Wake.dedupe_key.not_in(["expired"]) & ~Wake.dedupe_key.startswith("paused:"))
-            .count())
+    return _WAKES_SINCE.scalar(monitor_id, now - timedelta(hours=1), "expired", "paused:%")
 
 
 def record_judge_failure(monitor: Monitor, claim_seq: int, error: str, now: datetime) -> Recorded:
@@ -141,15 +148,22 @@ def _claimed_update(monitor_id: str, claim_seq: int, fields: dict, bump: bool = 
             .execute())
 
 
+_LINK_MESSAGE = Compiled(lambda message_id, wake_id: Wake.update({Wake.message: message_id}).where(Wake.id == wake_id))
+
+
 def write_wake(monitor: Monitor, source: str, dedupe_key: str, text: str, extra: dict):
     """Append the wake message once per (monitor, dedupe_key); None when it was already written."""
-    inserted = (Wake.insert(monitor=monitor.id, dedupe_key=dedupe_key, created_at=utcnow())
-                .on_conflict_ignore().as_rowcount().execute())
-    if inserted != 1:
+    insert = Wake.insert(monitor=monitor.id, dedupe_key=dedupe_key, created_at=utcnow()).on_conflict_ignore()
+    if database.returning_clause:  # PostgreSQL: the new id comes back with the insert, none for a repeat
+        wake_id = insert.execute()
+    elif insert.as_rowcount().execute() == 1:
+        wake_id = Wake.get((Wake.monitor == monitor.id) & (Wake.dedupe_key == dedupe_key)).id
+    else:
+        wake_id = None
+    if wake_id is None:
         return None
-    wake = Wake.get((Wake.monitor == monitor.id) & (Wake.dedupe_key == dedupe_key))
     metadata = {"wake": {"source": source, "ref_id": monitor.id, "dedupe_key": dedupe_key},
                 "on_match": monitor.on_match, **extra}
     message = append_message(monitor.conversation_id, "wake", text, metadata)
-    Wake.update(message=message).where(Wake.id == wake.id).execute()
+    _LINK_MESSAGE.rowcount(message.id, wake_id)
     return message

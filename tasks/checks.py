@@ -13,7 +13,7 @@ from models.judging import judge_match
 from models.monitors import load_for_check
 from models.tables import ACTIVE
 from models.results import Recorded, pause_and_tell, record_check, record_judge_failure
-from tasks.events import publish_message, publish_monitor, publish_quiet
+from tasks.events import publish_monitor, publish_quiet
 from tasks.runtime import Runtime, current
 
 #: Monitors per message: one query and one round of events for the lot, fetched one after another.
@@ -34,9 +34,9 @@ def check_monitors(claims: list[list]) -> None:
             monitor.last_error, monitor.failure_count = "", 0
             quiet.append(monitor)
             continue
-        publish_monitor(load_for_check(monitor.id))
-        if recorded.woke is not None:
-            publish_message(monitor.user_id, monitor.conversation_external_id, recorded.woke)
+        changed = load_for_check(monitor.id)
+        if changed is not None:
+            publish_monitor(changed, recorded.woke, status_before=monitor.status)
     publish_quiet(quiet)
 
 

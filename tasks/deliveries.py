@@ -11,7 +11,7 @@ import dramatiq
 from models import utcnow
 from models.deliveries import process
 from models.monitors import load_for_check
-from tasks.events import publish_message, publish_monitor
+from tasks.events import publish_monitor
 from tasks.runtime import current
 
 
@@ -23,9 +23,9 @@ def process_delivery(delivery_id: int) -> None:
                    runtime.settings.FETCH_MAX_TEXT_BYTES, utcnow())
     if done.monitor is None:
         return
-    publish_monitor(load_for_check(done.monitor.id))
-    if done.woke is not None:
-        publish_message(done.monitor.user_id, done.monitor.conversation.external_id, done.woke)
+    monitor = load_for_check(done.monitor.id)
+    if monitor is not None:
+        publish_monitor(monitor, done.woke, status_before=done.monitor.status)
 
 
 #: the most deliveries one message carries

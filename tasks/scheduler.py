@@ -17,7 +17,7 @@ from models.triggers import unprocessed
 from tasks.broker import UNAVAILABLE
 from tasks.checks import BATCH_SIZE, check_monitors
 from tasks.deliveries import process_delivery
-from tasks.events import publish_message, publish_monitor
+from tasks.events import publish_monitor
 from vigil.logs import first_line
 
 log = logging.getLogger(__name__)
@@ -26,9 +26,7 @@ log = logging.getLogger(__name__)
 def tick(now: datetime, batch_size: int) -> int:
     """One pass: end expired monitors, claim due ones, enqueue a check for each. Returns how many."""
     for monitor, message in expire_due(now):
-        publish_monitor(monitor)
-        if message is not None:
-            publish_message(monitor.user_id, monitor.conversation.external_id, message)
+        publish_monitor(monitor, message)
     claimed = claim_due(now, batch_size)
     for start in range(0, len(claimed), BATCH_SIZE):
         try:

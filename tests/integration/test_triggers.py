@@ -327,3 +327,35 @@ def test_a_delivery_the_relay_could_not_queue_is_swept_and_woken_once(client, ow
         assert sweep(utcnow(), 0) == 1
     drain()
     assert len(wakes(result["monitor_id"])) == 1
+
+
+def test_each_wake_reaches_the_owners_pages_and_the_last_one_clears_the_watching_mark(client, owner, drain):
+    """A delivery publishes monitor.updated and message.created; conversation.updated (the sidebar's watching
+    mark) only comes when the monitor's status moves, here when its last wake ends it."""
+    import redis
+
+    from tests.conftest import TEST_REDIS_URL
+
+    result = create(client, owner[1], max_wakes=2)
+    listener = redis.Redis.from_url(TEST_REDIS_URL).pubsub(ignore_subscribe_messages=True)
+    listener.psubscribe("*")
+    listener.get_message(timeout=1)  # the subscription's confirmation
+
+    def events_of_one_delivery(n: int) -> list[tuple[str, dict]]:
+        assert client.post(path_of(result["url"]), json={"n": n}).status_code == 202
+        drain()
+        seen = []
+        while (message := listener.get_message(timeout=0.5)) is not None:
+            event = json.loads(message["data"])
+            seen.append((event["name"], event["data"]))
+        return seen
+
+    first, last = events_of_one_delivery(1), events_of_one_delivery(2)
+    listener.close()
+    assert [name for name, _ in first] == ["monitor.updated", "message.created"]
+    assert first[0][1]["status"] == "active" and first[0][1]["wakes_left"] == 1
+    assert '"n": 1' in first[1][1]["content"]
+    assert [name for name, _ in last] == ["monitor.updated", "conversation.updated", "message.created"]
+    assert last[0][1]["status"] == "done" and last[0][1]["wakes_left"] == 0
+    assert last[1][1] == {"conversation_id": first[0][1]["conversation_id"], "watching": False}
+    assert '"n": 2' in last[2][1]["content"] and "last wake" in last[2][1]["content"]

@@ -1,0 +1,75 @@
+"""Queries built once (models/compiled.py) give the answers the peewee query gives, on both databases,
+with each call's own parameters."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import peewee
+import pytest
+
+from models import database, utcnow
+from models.compiled import Compiled
+from models.db import bind
+from models.migrate import migrate
+from models.monitors import load_for_check
+from models.results import wakes_in_last_hour
+from models.tables import Conversation, Monitor, User, Wake
+from tests.conftest import TEST_DATABASE_URL
+from tests.integration.helpers import db
+
+
+@pytest.fixture(params=["postgresql", "sqlite"])
+def either_database(request, postgres, tmp_path):
+    if request.param == "sqlite":
+        bind(f"sqlite:///{tmp_path}/vigil.db")
+        with db():
+            migrate()
+    yield request.param
+    if request.param == "sqlite":
+        database.close()
+        bind(TEST_DATABASE_URL)
+
+
+def a_monitor(conversation: str, description: str) -> Monitor:
+    user = User.get_or_none(User.email == "owner@example.com") or User.create(email="owner@example.com",
+                                                                               password_hash="x")
+    chat = Conversation.create(user=user, external_id=conversation)
+    now = utcnow()
+    return Monitor.create(id=description.replace(" ", "-"), user=user, conversation=chat, description=description,
+                          source={"type": "webhook"}, check={"type": "every_call"}, interval_seconds=60,
+                          next_check_at=now, expires_at=now + timedelta(days=1), check_state={"seen": [1, 2]})
+
+
+def test_a_monitor_loads_with_its_conversation_and_each_calls_own_id(either_database):
+    with db():
+        first, second = a_monitor("chat-a", "first one"), a_monitor("chat-b", "second one")
+        loaded = [load_for_check(first.id), load_for_check(second.id), load_for_check(first.id)]
+        missing = load_for_check("no-such-monitor")
+    assert [m.description for m in loaded] == ["first one", "second one", "first one"]
+    assert [m.conversation.external_id for m in loaded] == ["chat-a", "chat-b", "chat-a"]
+    assert loaded[1].check_state == {"seen": [1, 2]} and loaded[1].source == {"type": "webhook"}
+    assert loaded[0].next_check_at == first.next_check_at
+    assert missing is None
+
+
+def test_the_hourly_wake_count_leaves_out_notices_and_older_wakes(either_database):
+    now = utcnow()
+    with db():
+        monitor, other = a_monitor("chat-a", "counted"), a_monitor("chat-b", "not counted")
+        for key, age in (("every_call:1:a", 5), ("every_call:2:b", 30), ("expired", 1), ("paused:4", 2),
+                         ("every_call:0:old", 61)):
+            Wake.create(monitor=monitor, dedupe_key=key, created_at=now - timedelta(minutes=age))
+        Wake.create(monitor=other, dedupe_key="every_call:1:c", created_at=now)
+        assert wakes_in_last_hour(monitor.id, now) == 2
+        assert wakes_in_last_hour(other.id, now) == 1
+
+
+def test_a_query_with_a_value_of_its_own_is_refused(either_database):
+    """Such a value would be frozen into the text, silently the same on every call."""
+    compiled = Compiled(lambda monitor_id: Monitor.select().where((Monitor.id == monitor_id)
+                                                                  & (Monitor.status == "active")))
+    with db(), pytest.raises(ValueError, match="only its parameters"):
+        compiled.first("any")
+    assert isinstance(database.obj, peewee.SqliteDatabase if either_database == "sqlite"
+                      else peewee.PostgresqlDatabase)
