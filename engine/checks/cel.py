@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from engine.checks.base import CheckSpec, Verdict
+from engine.checks.cel_runner import Runner
 from engine.checks.threshold import check_path, read_number
 from engine.content import Content, excerpt
 from engine.errors import ContentError, SpecError
@@ -51,6 +52,8 @@ def _load_cel():
 
 
 cel = _load_cel()
+#: evaluations run in a child process with a deadline (engine/checks/cel_runner.py)
+_runner = Runner()
 
 
 def parse(raw: dict) -> CheckSpec:
@@ -83,14 +86,21 @@ def syntax_message(message: str) -> str:
 def evaluate(check: CheckSpec, content: Content, previous: dict, now=None) -> Verdict:
     data = content.data if content.is_json else None
     earlier = previous["data"] if "data" in previous else data
-    result = run(check.expr, {"data": to_cel(data), "text": content.text, "value": read_value(check, content),
-                              "previous": to_cel(earlier), "now": timestamp(now)})
-    if not isinstance(result, bool):
-        raise ContentError(f"the condition must be true or false; it gave {excerpt(repr(result), 80)}")
+    result = _runner.decide(check.expr, {"data": to_cel(data), "text": content.text,
+                                         "value": read_value(check, content), "previous": to_cel(earlier),
+                                         "now": timestamp(now)})
     fired = result and not previous.get("holds", False)
     found = f"the condition is now true: {excerpt(check.expr, 300)}" if fired else ""
     return Verdict(fired=fired, summary=f"the condition is {'true' if result else 'false'} now", found=found,
                    fact=content.digest[:16], state={"holds": result, "data": stored_data(data)})
+
+
+def decide_here(expr: str, variables: dict) -> bool:
+    """The condition's value, in this process: what the runner's child process calls."""
+    result = run(expr, variables)
+    if not isinstance(result, bool):
+        raise ContentError(f"the condition must be true or false; it gave {excerpt(repr(result), 80)}")
+    return result
 
 
 def run(expr: str, variables: dict) -> object:

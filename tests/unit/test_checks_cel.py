@@ -195,3 +195,49 @@ def test_deeply_nested_json_is_a_content_error():
         node = node["a"]
     with pytest.raises(ContentError, match="nested more than"):
         holds("true", json_content(json.dumps(deep).encode()))
+
+
+# --- conditions that cost too much: evaluated in a child process with a deadline --------------------------------
+
+CUBIC = "data.items.all(x, data.items.all(y, data.items.all(z, z >= 0.0)))"
+MANY = doc(items=list(range(1000)))  # CUBIC over it: 10^9 steps, minutes of native code
+
+
+def test_a_condition_past_its_deadline_is_stopped_and_this_process_kept_running():
+    import threading
+    import time
+
+    ticks, stop = [0], threading.Event()
+
+    def other_work() -> None:  # another thread of the worker: it must not be frozen meanwhile
+        while not stop.is_set():
+            ticks[0] += 1
+            time.sleep(0.001)
+
+    thread = threading.Thread(target=other_work)
+    thread.start()
+    try:
+        with pytest.raises(ContentError, match=r"took longer than 2 s to evaluate and was stopped; simplify it"):
+            holds(CUBIC, MANY)
+    finally:
+        stop.set()
+        thread.join()
+    assert ticks[0] > 100, "the evaluation held the GIL: other threads of this process stood still"
+    assert holds("size(data.items) == 1000", MANY) is True, "the next condition needs a working evaluator"
+
+
+def test_quadratic_membership_is_stopped_too():
+    """`in` over a list inside a comprehension: no nesting of macros, still n² steps."""
+    big = doc(items=list(range(200_000)))
+    with pytest.raises(ContentError, match="took longer than"):
+        holds("data.items.all(x, x in data.items)", big)
+
+
+def test_an_evaluator_that_died_between_checks_is_replaced_without_an_error():
+    import os
+    import signal
+
+    assert holds("size(data.items) > 3", MANY) is True
+    os.kill(module._runner._child.pid, signal.SIGKILL)
+    module._runner._child.wait()
+    assert holds("size(data.items) > 3", MANY) is True
