@@ -55,9 +55,6 @@ class Runtime:
             session.headers["User-Agent"] = "Vigil/0.1 (+judge)"
         return session
 
-    def publish(self, user_id: int, name: str, data: dict) -> None:
-        self.bus.publish(user_id, name, data)
-
 
 _current: Runtime | None = None
 
