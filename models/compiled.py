@@ -7,7 +7,9 @@ parameters; each call runs that same text with its own values, and its rows come
 instances (joins included) the peewee query would have made.
 
 Parameters go to the driver as they are, as peewee passes them: ints, strings and datetimes. A query whose
-parameters need a field's conversion (JSON, say) does not belong here.
+parameters need a field's conversion (JSON, say) does not belong here. Rows are mapped by the query's own
+cursor wrapper (`_get_cursor_wrapper`, internal to peewee): tests/integration/test_compiled.py checks the
+models it makes on both databases.
 """
 
 from __future__ import annotations
@@ -31,25 +33,23 @@ class Compiled:
 
     def first(self, *params):
         """The first row (a model instance), or None."""
-        for row in self._run(params):
+        query, cursor = self._execute(params)
+        for row in query._get_cursor_wrapper(cursor).iterator():  # peewee's own row-to-model mapping
             return row
         return None
 
     def scalar(self, *params):
         """The first column of the first row: a count, say."""
-        _, sql, order = self._query()
-        row = database.execute_sql(sql, [params[i] for i in order]).fetchone()
+        row = self._execute(params)[1].fetchone()
         return None if row is None else row[0]
 
     def rowcount(self, *params) -> int:
         """Run an UPDATE or DELETE; the number of rows it changed."""
-        _, sql, order = self._query()
-        return database.execute_sql(sql, [params[i] for i in order]).rowcount
+        return self._execute(params)[1].rowcount
 
-    def _run(self, params: tuple):
+    def _execute(self, params: tuple):
         query, sql, order = self._query()
-        cursor = database.execute_sql(sql, [params[i] for i in order])
-        return query._get_cursor_wrapper(cursor).iterator()
+        return query, database.execute_sql(sql, [params[i] for i in order])
 
     def _query(self) -> tuple[peewee.Query, str, list[int]]:
         kind = type(database.obj)  # SQLite and PostgreSQL mark parameters differently
