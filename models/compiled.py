@@ -47,6 +47,15 @@ class Compiled:
         """Run an UPDATE or DELETE; the number of rows it changed."""
         return self._execute(params)[1].rowcount
 
+    def inserted_id(self, *params):
+        """Run an INSERT; the id it returned (RETURNING, on PostgreSQL), or None for a row a conflict skipped.
+        Without RETURNING (SQLite) the cursor's last row id."""
+        cursor = self._execute(params)[1]
+        if cursor.description is None:
+            return cursor.lastrowid
+        row = cursor.fetchone()
+        return None if row is None else row[0]
+
     def _execute(self, params: tuple):
         query, sql, order = self._query()
         return query, database.execute_sql(sql, [params[i] for i in order])
@@ -67,3 +76,8 @@ class Compiled:
             raise ValueError(f"a compiled query takes only its parameters as values: {sql}")
         built = self._built[kind] = (query, sql, [marks.index(value) for value in values])
         return built
+
+
+def with_id(insert: peewee.Insert) -> peewee.Insert:
+    """An INSERT that hands back its new row's id, where the database can say it in the statement."""
+    return insert.returning(insert.model.id) if database.returning_clause else insert

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from models.compiled import Compiled
+from models.compiled import Compiled, with_id
 from models.db import iso, utcnow
 from models.tables import ACTIVE, Conversation, Message, Monitor, User
 
@@ -30,14 +30,19 @@ def find_conversation(user: User, external_id: str) -> Conversation | None:
     return Conversation.get_or_none((Conversation.external_id == external_id) & (Conversation.user == user))
 
 
+_NEW_MESSAGE = Compiled(lambda conversation_id, role, content, metadata, created_at: with_id(Message.insert({
+    Message.conversation: conversation_id, Message.role: role, Message.content: content,
+    Message.metadata: metadata, Message.created_at: created_at})))
 _TOUCH = Compiled(lambda now, conversation_id: Conversation.update({Conversation.updated_at: now})
                   .where(Conversation.id == conversation_id))
 
 
 def append_message(conversation_id: int, role: str, content: str, metadata: dict) -> Message:
-    message = Message.create(conversation=conversation_id, role=role, content=content, metadata=metadata)
-    _TOUCH.rowcount(utcnow(), conversation_id)
-    return message
+    now = utcnow()
+    message_id = _NEW_MESSAGE.inserted_id(conversation_id, role, content, Message.metadata.db_value(metadata), now)
+    _TOUCH.rowcount(now, conversation_id)
+    return Message(id=message_id, conversation=conversation_id, role=role, content=content, metadata=metadata,
+                   created_at=now)
 
 
 def messages_after(conversation: Conversation, after: int, limit: int = 100) -> list[Message]:

@@ -9,10 +9,14 @@ from peewee import fn
 
 from engine.pipeline import ERROR, FIRED, QUIET, Outcome
 from engine.wake import paused_text, wake_text
-from models.compiled import Compiled
+from models.compiled import Compiled, with_id
 from models.conversations import append_message
 from models.db import database, iso, utcnow
 from models.tables import ACTIVE, DONE, PAUSED, Monitor, MonitorRun, Wake
+
+#: a field's new value in _claimed_update: one more than it was
+ONE_MORE = object()
+
 
 @dataclass(frozen=True)
 class Lifecycle:
@@ -69,7 +73,7 @@ def _record_error(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datet
     if monitor.failure_count + 1 >= life.autopause_failures:
         return pause_and_tell(monitor, claim_seq, f"The check failed {monitor.failure_count + 1} times in a row; "
                               f"last: {outcome.error}", now)
-    fields = {Monitor.failure_count: Monitor.failure_count + 1, Monitor.last_error: outcome.error,
+    fields = {Monitor.failure_count: ONE_MORE, Monitor.last_error: outcome.error,
               Monitor.unreachable_since: None, Monitor.updated_at: now}
     return _store_run(monitor, claim_seq, fields, ERROR, outcome.error)
 
@@ -85,7 +89,7 @@ def _record_change(monitor: Monitor, claim_seq: int, outcome: Outcome, now: date
     last = fired and monitor.wakes_used + 1 >= monitor.max_wakes
     fields = _state_fields(outcome, now)
     if fired:
-        fields.update({Monitor.fire_count: Monitor.fire_count + 1, Monitor.wakes_used: Monitor.wakes_used + 1,
+        fields.update({Monitor.fire_count: ONE_MORE, Monitor.wakes_used: ONE_MORE,
                        Monitor.judge_failures: 0})
         if last:
             fields[Monitor.status] = DONE
@@ -110,7 +114,7 @@ def pause_and_tell(monitor: Monitor, claim_seq: int, reason: str, now: datetime,
     fields = {**(extra_fields or {}), Monitor.status: PAUSED, Monitor.last_error: reason, Monitor.updated_at: now}
     if _claimed_update(monitor.id, claim_seq, fields) != 1:
         return Recorded(False)
-    MonitorRun.create(monitor=monitor.id, kind="paused", detail=reason[:4000])
+    _NEW_RUN.rowcount(monitor.id, "paused", reason[:4000], utcnow())
     text = paused_text(monitor.description, reason)
     return Recorded(True, write_wake(monitor, "monitor_paused", f"paused:{claim_seq}", text, {"reason": reason}),
                     paused=True)
@@ -128,35 +132,53 @@ def wakes_in_last_hour(monitor_id: str, now: datetime) -> int:
 
 def record_judge_failure(monitor: Monitor, claim_seq: int, error: str, now: datetime) -> Recorded:
     """A failed judge call on a match: nothing is stored as seen, so the next check judges it again."""
-    fields = {Monitor.judge_failures: Monitor.judge_failures + 1, Monitor.last_error: error, Monitor.updated_at: now}
+    fields = {Monitor.judge_failures: ONE_MORE, Monitor.last_error: error, Monitor.updated_at: now}
     return _store_run(monitor, claim_seq, fields, "judge_failed", error)
 
 
 def _store_run(monitor: Monitor, claim_seq: int, fields: dict, kind: str, detail: str) -> Recorded:
     if _claimed_update(monitor.id, claim_seq, fields) != 1:
         return Recorded(False)
-    MonitorRun.create(monitor=monitor.id, kind=kind, detail=detail[:4000])
+    _NEW_RUN.rowcount(monitor.id, kind, detail[:4000], utcnow())
     return Recorded(True)
 
 
 def _claimed_update(monitor_id: str, claim_seq: int, fields: dict, bump: bool = True) -> int:
-    """Write only while the claim holds; bumping the claim number makes any duplicate of it stale."""
+    """Write only while the claim holds; bumping the claim number makes any duplicate of it stale.
+
+    A field set to ONE_MORE counts up. The statement's text depends only on which fields change, so it is
+    built once per shape (peewee spent ~0.7 ms of CPU building this UPDATE on every call).
+    """
     if bump:
-        fields = {**fields, Monitor.claim_seq: Monitor.claim_seq + 1}
-    return (Monitor.update(fields)
-            .where((Monitor.id == monitor_id) & (Monitor.claim_seq == claim_seq) & (Monitor.status == ACTIVE))
-            .execute())
+        fields = {**fields, Monitor.claim_seq: ONE_MORE}
+    shape = (type(database.obj), tuple((field.column_name, value is ONE_MORE) for field, value in fields.items()))
+    sql = _UPDATES.get(shape) or _UPDATES.setdefault(shape, _update_sql(shape[1]))
+    values = [field.db_value(value) for field, value in fields.items() if value is not ONE_MORE]
+    return database.execute_sql(sql, [*values, monitor_id, claim_seq, ACTIVE]).rowcount
 
 
+_UPDATES: dict[tuple, str] = {}
+
+
+def _update_sql(columns: tuple[tuple[str, bool], ...]) -> str:
+    p = database.param
+    sets = ", ".join(f'"{name}" = "{name}" + 1' if counts else f'"{name}" = {p}' for name, counts in columns)
+    return f'UPDATE "monitors" SET {sets} WHERE "id" = {p} AND "claim_seq" = {p} AND "status" = {p}'
+
+
+_NEW_RUN = Compiled(lambda monitor_id, kind, detail, created_at: MonitorRun.insert({
+    MonitorRun.monitor: monitor_id, MonitorRun.kind: kind, MonitorRun.detail: detail,
+    MonitorRun.created_at: created_at}))
+_NEW_WAKE = Compiled(lambda monitor_id, dedupe_key, created_at: with_id(Wake.insert({
+    Wake.monitor: monitor_id, Wake.dedupe_key: dedupe_key, Wake.created_at: created_at}).on_conflict_ignore()))
 _LINK_MESSAGE = Compiled(lambda message_id, wake_id: Wake.update({Wake.message: message_id}).where(Wake.id == wake_id))
 
 
 def write_wake(monitor: Monitor, source: str, dedupe_key: str, text: str, extra: dict):
     """Append the wake message once per (monitor, dedupe_key); None when it was already written."""
-    insert = Wake.insert(monitor=monitor.id, dedupe_key=dedupe_key, created_at=utcnow()).on_conflict_ignore()
     if database.returning_clause:  # PostgreSQL: the new id comes back with the insert, none for a repeat
-        wake_id = insert.execute()
-    elif insert.as_rowcount().execute() == 1:
+        wake_id = _NEW_WAKE.inserted_id(monitor.id, dedupe_key, utcnow())
+    elif _NEW_WAKE.rowcount(monitor.id, dedupe_key, utcnow()) == 1:
         wake_id = Wake.get((Wake.monitor == monitor.id) & (Wake.dedupe_key == dedupe_key)).id
     else:
         wake_id = None

@@ -73,3 +73,34 @@ def test_a_query_with_a_value_of_its_own_is_refused(either_database):
         compiled.first("any")
     assert isinstance(database.obj, peewee.SqliteDatabase if either_database == "sqlite"
                       else peewee.PostgresqlDatabase)
+
+
+def test_a_fired_check_is_recorded_once_per_claim_with_its_wake_and_message(either_database):
+    """The claimed UPDATE (built once per shape) counts up, stores the state, and refuses a stale claim."""
+    from engine.checks.base import Verdict
+    from engine.pipeline import ERROR, FIRED, Outcome
+    from models.results import record_check
+    from models.tables import Message, MonitorRun
+
+    now = utcnow()
+    outcome = Outcome(FIRED, raw_hash="r" * 64, content_hash="c" * 64,
+                      verdict=Verdict(fired=True, summary="s", found="the deploy finished", fact="f1",
+                                      state={"seen": ["a", "b"]}))
+    with db():
+        monitor = a_monitor("chat-a", "fires")
+        Monitor.update(max_wakes=5).where(Monitor.id == monitor.id).execute()
+        monitor = load_for_check(monitor.id)
+        first = record_check(monitor, monitor.claim_seq, outcome, now)
+        stale = record_check(monitor, monitor.claim_seq, outcome, now)  # a duplicate of the same claim
+        after = load_for_check(monitor.id)
+        errored = record_check(after, after.claim_seq, Outcome(ERROR, error="It broke."), now)
+        final = load_for_check(monitor.id)
+        [message] = Message.select()
+        runs = [run.kind for run in MonitorRun.select().order_by(MonitorRun.id)]
+        [wake] = Wake.select()
+    assert first.written and first.woke is not None and not stale.written and errored.written
+    assert (after.fire_count, after.wakes_used, after.claim_seq) == (1, 1, monitor.claim_seq + 1)
+    assert after.check_state == {"seen": ["a", "b"]} and after.content_hash == "c" * 64
+    assert (final.failure_count, final.last_error, final.claim_seq) == (1, "It broke.", monitor.claim_seq + 2)
+    assert message.id == first.woke.id == wake.message_id and "the deploy finished" in message.content
+    assert message.metadata["wake"]["ref_id"] == monitor.id and runs == ["fired", "error"]
