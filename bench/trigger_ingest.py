@@ -2,7 +2,7 @@
 """Trigger-ingest benchmark: what POST /api/triggers/{token} sustains next to a bare INSERT, and how fast
 a delivery becomes a wake on the owner's event stream.
 
-    .venv/bin/python bench/trigger_ingest.py [--deliveries 2000] [--concurrency 16] [--profile]
+    .venv/bin/python bench/trigger_ingest.py [--deliveries 4000] [--blocks 4] [--concurrency 16] [--profile]
 
 Vigil runs in production mode: `vigil web` (uvicorn, 1 process), `python -m dramatiq tasks.main --processes 1
 --threads 4` and `vigil scheduler`, on PostgreSQL (database vigil_bench_triggers, created if missing, schema
@@ -56,6 +56,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 #: process (and log file) names: another benchmark may be running at the same moment with its own
 WEB, WORKER, SCHEDULER, BASELINE = "triggers-web", "triggers-worker", "triggers-scheduler", "triggers-baseline"
 BASELINE_TABLE = "bench_baseline_deliveries"
+ROUND_ORDER = ("baseline", "Vigil", "Vigil", "baseline")
 PROFILE_RATE = 100  # py-spy samples per second
 
 
@@ -220,8 +221,10 @@ def report(args, header: list[str], vers: str, base: Load, ingest: Load, live: L
              "- Baseline: bare Litestar app (same uvicorn settings, 1 process): `await request.body()`, one INSERT "
              "through a peewee pool in a worker thread (`sync_to_thread`, like Vigil's handler), 202",
              f"- Load: {args.concurrency} client threads, one keep-alive `requests.Session` each, distinct JSON bodies "
-             "(~400 B) with a unique `Idempotency-Key`; rounds in the order baseline, Vigil, Vigil, baseline "
-             f"({args.deliveries // 2:,} deliveries each), then Vigil with its worker running", "",
+             f"(~400 B) with a unique `Idempotency-Key`; {args.blocks} blocks of rounds in the order baseline, Vigil, "
+             f"Vigil, baseline ({args.deliveries // (2 * args.blocks):,} deliveries a round, "
+             f"{args.deliveries:,} for each system), then Vigil with its worker running ({args.deliveries // 2:,})",
+             "",
              "| run | 202s | wall s | deliveries/s | p50 ms | p99 ms | server CPU-ms/delivery | worker CPU-ms/delivery "
              "| PostgreSQL CPU-ms/delivery | client CPU-ms/request |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -290,8 +293,11 @@ def verify(db: Db, accepted: int, links: dict[str, str]) -> tuple[list[str], boo
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Trigger-ingest benchmark: Vigil vs. a bare INSERT.")
-    parser.add_argument("--deliveries", type=int, default=2000,
-                        help="deliveries per measured system, in two rounds (default 2000)")
+    parser.add_argument("--deliveries", type=int, default=4000,
+                        help="deliveries per measured system, over all its rounds (default 4000)")
+    parser.add_argument("--blocks", type=int, default=4,
+                        help="blocks of rounds in the order baseline, Vigil, Vigil, baseline (default 4): this "
+                             "machine's speed drifts within seconds, and short alternating rounds share the drift")
     parser.add_argument("--concurrency", type=int, default=16, help="client threads (default 16)")
     parser.add_argument("--rate", type=float, default=20.0, help="paced deliveries per second (default 20)")
     parser.add_argument("--paced-seconds", type=float, default=10.0, help="length of the paced phase (default 10)")
@@ -307,11 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.serve_baseline:
         return serve_baseline(args.port)
-    if args.deliveries < 100 or args.concurrency < 1:
-        parser.error("--deliveries must be at least 100 and --concurrency at least 1")
+    if args.blocks < 1 or args.concurrency < 1 or args.deliveries < 100 * args.blocks:
+        parser.error("--deliveries must be at least 100 per block, --blocks and --concurrency at least 1")
     header, procs = prepare()
     run = uuid.uuid4().hex[:8]
     half = args.deliveries // 2
+    per_round = args.deliveries // (2 * args.blocks)
     db: Db | None = None
     stream: EventStream | None = None
     paused: list[subprocess.Popen] = []
@@ -369,11 +376,10 @@ def main(argv: list[str] | None = None) -> int:
             signal_group(proc, signal.SIGSTOP)
             paused.append(proc)
         base, ingest = Load("baseline"), Load("Vigil ingest")
-        for label, runner in (("baseline", lambda: bare_round("baseline 1", "b1", half)),
-                              ("Vigil", lambda: vigil_round("Vigil 1", "v1", half)),
-                              ("Vigil", lambda: vigil_round("Vigil 2", "v2", half)),
-                              ("baseline", lambda: bare_round("baseline 2", "b2", half))):
-            result = runner()
+        for n, label in enumerate(ROUND_ORDER * args.blocks, start=1):
+            tag = f"{label[0]}{n}"
+            result = (bare_round(f"baseline {n}", tag, per_round) if label == "baseline"
+                      else vigil_round(f"Vigil {n}", tag, per_round))
             (base if label == "baseline" else ingest).add(result)
             print(f"  {result.name}: {result.accepted} in {result.wall:.2f}s = {result.rate:.0f}/s, "
                   f"p50 {pct(result.latencies, 50):.1f} ms, p99 {pct(result.latencies, 99):.1f} ms"
