@@ -4,7 +4,7 @@ import ssl
 import threading
 import time
 import zlib
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import pytest
 from cryptography import x509
@@ -13,6 +13,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from engine.http import BlockedURL, FetchError, FetchPolicy, Fetcher
+from tests.httpd import Handler as RouteHandler
 
 MIB = 1024 * 1024
 LOOPBACK = FetchPolicy(timeout=5, allow_loopback=True)
@@ -24,24 +25,8 @@ def _gzip_bomb(size: int) -> bytes:
     return b"".join(packer.compress(block) for _ in range(size // MIB)) + packer.flush()
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class Handler(RouteHandler):
     bomb = b""
-
-    def log_message(self, *args):
-        pass
-
-    def send(self, status, body=b"", headers=()):
-        self.send_response(status)
-        for name, value in headers:
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self):
-        path, _, arg = self.path[1:].partition("/")
-        getattr(self, "route_" + path, self.route_missing)(arg)
 
     def route_page(self, _):
         self.send(200, b"hello vigil", [("Content-Type", "text/plain"), ("X-Test", "yes")])

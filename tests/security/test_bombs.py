@@ -17,7 +17,7 @@ import pytest
 from engine.http import FetchError, FetchPolicy, Fetcher
 from engine.sources import SourceIO, parse_source, read
 from tests.integration.helpers import monitor_row, tool, wakes
-from tests.security.httpd import Handler, serve
+from tests.httpd import Handler, serve
 
 MIB = 1024 * 1024
 CAP = 64 * 1024

@@ -18,7 +18,7 @@ import engine.http
 from engine.http import BlockedURL, FetchPolicy, Fetcher
 from models.tables import Monitor
 from tests.integration.helpers import db, monitor_row, tool
-from tests.security.httpd import Handler, serve
+from tests.httpd import Handler, serve
 
 PAGE = b"<html><body><p>public page</p></body></html>"
 #: Refused whatever FETCH_ALLOW_LOOPBACK says: (url, the reason the refusal must give).

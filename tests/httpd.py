@@ -1,4 +1,5 @@
-"""Hostile HTTP servers on 127.0.0.1: each route is a function of the handler, so a test names what it needs."""
+"""HTTP servers on 127.0.0.1 for tests, hostile ones included: each route is a method of the handler, so a
+test names what it needs."""
 
 from __future__ import annotations
 
