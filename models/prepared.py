@@ -10,6 +10,7 @@ prepared statement can be missing or already there; the statement then simply ru
 
 from __future__ import annotations
 
+import functools
 import re
 import weakref
 
@@ -32,12 +33,17 @@ def execute(name: str, sql: str, params: tuple):
         if name not in done:
             database.execute_sql(f"PREPARE {name} AS {_numbered(sql)}")
             done.add(name)
-        return database.execute_sql(f"EXECUTE {name} ({', '.join(['%s'] * len(params))})", params)
+        return database.execute_sql(_execute_sql(name, len(params)), params)
     except peewee.DatabaseError as exc:
         if getattr(getattr(exc, "orig", None), "pgcode", None) not in _POOLER_CODES:
             raise
         done.discard(name)
         return database.execute_sql(sql, params)
+
+
+@functools.cache
+def _execute_sql(name: str, count: int) -> str:
+    return f"EXECUTE {name} ({', '.join(['%s'] * count)})"
 
 
 def _numbered(sql: str) -> str:

@@ -87,10 +87,10 @@ def store_delivery(link: Link, sender_id: str | None, body: str, content_type: s
                    window_seconds: int) -> int | None:
     """Store a delivery once per sender id, or once per body within the window; its id, or None for a
     repeat. Raises LinkEnded when the link is no longer live, so nothing is stored."""
-    digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
     if sender_id:
         key = f"id:{sender_id}"
     else:
+        digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
         bucket = int(now.timestamp()) // window_seconds
         if _seen_recently(link.id, f"body:{digest}:{bucket - 1}", now, window_seconds):
             return None
