@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 import peewee
@@ -21,7 +21,6 @@ from engine.wake import misfit_text
 from models.compiled import Compiled
 from models.db import database
 from models.judging import JudgePolicy, judge_match
-from models.monitors import load_for_check
 from models.results import Lifecycle, Recorded, pause_and_tell, record_check, record_judge_failure, write_wake
 from models.tables import ACTIVE, Conversation, Delivery, Monitor, TriggerLink
 
@@ -35,8 +34,11 @@ _judging: set[int] = set()
 
 @dataclass(frozen=True)
 class Processed:
+    """The delivery's monitor as it is now (None when there was nothing to do), the wake written if any, and
+    the monitor's status before, so its events can tell whether the status moved."""
     monitor: Monitor | None = None
     woke: object = None
+    status_before: str | None = None
 
 
 class _Lost(Exception):
@@ -65,7 +67,12 @@ def _attempt(delivery_id, session, judge, life, max_text_bytes, now) -> Processe
     delivery = _WITH_MONITOR.first(delivery_id)
     if delivery is None or delivery.processed_at is not None:
         return Processed()
-    monitor = delivery.link.monitor
+    status_before = delivery.link.monitor.status
+    done = _check(delivery, delivery.link.monitor, session, judge, life, max_text_bytes, now)
+    return replace(done, status_before=status_before)
+
+
+def _check(delivery, monitor, session, judge, life, max_text_bytes, now) -> Processed:
     if monitor.status != ACTIVE:
         _mark(delivery, now, "ignored")
         return Processed(monitor)
@@ -138,7 +145,7 @@ def _judge_trouble(delivery: Delivery, monitor: Monitor, step, outcome: Outcome,
     if step.failure:
         if not record_judge_failure(monitor, monitor.claim_seq, step.failure, now).written:
             raise _Lost()
-        return Processed(load_for_check(monitor.id))
+        return Processed(monitor)
     with database.atomic():
         _mark(delivery, now, "paused")
         reason = f"Its judge model has used up its token budget; the latest match was: {outcome.verdict.found}"

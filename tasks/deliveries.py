@@ -11,7 +11,6 @@ import dramatiq
 
 from models import utcnow
 from models.deliveries import process
-from models.monitors import load_for_check
 from tasks.events import publish_monitor
 from tasks.runtime import current
 
@@ -22,11 +21,8 @@ def process_delivery(delivery_id: int) -> None:
     runtime = current()
     done = process(delivery_id, runtime.judge_session(), runtime.judge_policy, runtime.lifecycle,
                    runtime.settings.FETCH_MAX_TEXT_BYTES, utcnow())
-    if done.monitor is None:
-        return
-    monitor = load_for_check(done.monitor.id)
-    if monitor is not None:
-        publish_monitor(monitor, done.woke, status_before=done.monitor.status)
+    if done.monitor is not None:
+        publish_monitor(done.monitor, done.woke, status_before=done.status_before)
 
 
 #: the most deliveries one message carries

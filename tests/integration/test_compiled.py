@@ -12,7 +12,7 @@ from models import database, utcnow
 from models.compiled import Compiled
 from models.db import bind
 from models.migrate import migrate
-from models.monitors import load_for_check
+from models.monitors import event_payload, load_for_check
 from models.results import wakes_in_last_hour
 from models.tables import Conversation, Monitor, User, Wake
 from tests.conftest import TEST_DATABASE_URL
@@ -76,7 +76,8 @@ def test_a_query_with_a_value_of_its_own_is_refused(either_database):
 
 
 def test_a_fired_check_is_recorded_once_per_claim_with_its_wake_and_message(either_database):
-    """The claimed UPDATE (built once per shape) counts up, stores the state, and refuses a stale claim."""
+    """The claimed UPDATE (built once per shape) counts up, stores the state, and refuses a stale claim; the
+    caller's copy of the monitor gets the same changes, so the events built from it match the row."""
     from engine.checks.base import Verdict
     from engine.pipeline import ERROR, FIRED, Outcome
     from models.results import record_check
@@ -90,17 +91,20 @@ def test_a_fired_check_is_recorded_once_per_claim_with_its_wake_and_message(eith
         monitor = a_monitor("chat-a", "fires")
         Monitor.update(max_wakes=5).where(Monitor.id == monitor.id).execute()
         monitor = load_for_check(monitor.id)
-        first = record_check(monitor, monitor.claim_seq, outcome, now)
-        stale = record_check(monitor, monitor.claim_seq, outcome, now)  # a duplicate of the same claim
+        claim = monitor.claim_seq
+        first = record_check(monitor, claim, outcome, now)
+        stale = record_check(monitor, claim, outcome, now)  # a duplicate of the same claim
         after = load_for_check(monitor.id)
-        errored = record_check(after, after.claim_seq, Outcome(ERROR, error="It broke."), now)
+        errored = record_check(load_for_check(monitor.id), after.claim_seq, Outcome(ERROR, error="It broke."), now)
         final = load_for_check(monitor.id)
         [message] = Message.select()
         runs = [run.kind for run in MonitorRun.select().order_by(MonitorRun.id)]
         [wake] = Wake.select()
     assert first.written and first.woke is not None and not stale.written and errored.written
-    assert (after.fire_count, after.wakes_used, after.claim_seq) == (1, 1, monitor.claim_seq + 1)
+    assert (after.fire_count, after.wakes_used, after.claim_seq) == (1, 1, claim + 1)
+    assert monitor.__data__ == after.__data__
+    assert event_payload(monitor) == event_payload(after)
     assert after.check_state == {"seen": ["a", "b"]} and after.content_hash == "c" * 64
-    assert (final.failure_count, final.last_error, final.claim_seq) == (1, "It broke.", monitor.claim_seq + 2)
+    assert (final.failure_count, final.last_error, final.claim_seq) == (1, "It broke.", claim + 2)
     assert message.id == first.woke.id == wake.message_id and "the deploy finished" in message.content
     assert message.metadata["wake"]["ref_id"] == monitor.id and runs == ["fired", "error"]
