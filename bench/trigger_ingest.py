@@ -205,9 +205,11 @@ def figures(base: Load, ingest: Load, steady: Paced, sparse: Paced | None) -> li
     return rows
 
 
-def report(args, header: list[str], vers: str, base: Load, ingest: Load, live: Load, drain: tuple[int, float, float],
-           steady: Paced, sparse: Paced | None, checks: list[str], stream: EventStream) -> str:
+def report(args, header: list[str], vers: str, base: Load, ingest: Load, blocks: list[tuple[Load, Load]], live: Load,
+           drain: tuple[int, float, float], steady: Paced, sparse: Paced | None, checks: list[str],
+           stream: EventStream) -> str:
     goal_ratio = ingest.rate / base.rate if base.rate else float("nan")
+    per_block = ", ".join(fmt(vigil.rate / bare.rate if bare.rate else float("nan"), 2) for bare, vigil in blocks)
     steady_p99 = pct([steady.streamed[m] - steady.sent[m][1] for m in steady.sent
                       if m in steady.streamed], 99)
     drained, drain_wall, drain_cpu = drain
@@ -237,6 +239,7 @@ def report(args, header: list[str], vers: str, base: Load, ingest: Load, live: L
              "| ratio (same run) | measured | goal | met |", "|---|---:|---:|:---:|",
              f"| Vigil ingest throughput ÷ baseline throughput (worker paused) | {fmt(goal_ratio, 3)} | ≥ 0.7 | "
              f"{'yes' if goal_ratio >= 0.7 else 'NO'} |",
+             f"| the same, block by block (how much it moves within this run) | {per_block} | — | — |",
              f"| Vigil throughput with its worker running ÷ baseline throughput | {fmt(live.rate / base.rate, 3)} | — | — |",
              f"| Vigil web CPU per delivery ÷ baseline server CPU per delivery | "
              f"{fmt(ingest.ms(ingest.server_cpu) / base.ms(base.server_cpu), 2)} | — | — |",
@@ -376,11 +379,13 @@ def main(argv: list[str] | None = None) -> int:
             signal_group(proc, signal.SIGSTOP)
             paused.append(proc)
         base, ingest = Load("baseline"), Load("Vigil ingest")
+        blocks = [(Load("baseline"), Load("Vigil ingest")) for _ in range(args.blocks)]
         for n, label in enumerate(ROUND_ORDER * args.blocks, start=1):
             tag = f"{label[0]}{n}"
             result = (bare_round(f"baseline {n}", tag, per_round) if label == "baseline"
                       else vigil_round(f"Vigil {n}", tag, per_round))
             (base if label == "baseline" else ingest).add(result)
+            blocks[(n - 1) // len(ROUND_ORDER)][0 if label == "baseline" else 1].add(result)
             print(f"  {result.name}: {result.accepted} in {result.wall:.2f}s = {result.rate:.0f}/s, "
                   f"p50 {pct(result.latencies, 50):.1f} ms, p99 {pct(result.latencies, 99):.1f} ms"
                   + (f", errors {dict(result.errors)}" if result.errors else ""), flush=True)
@@ -444,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
         if stream.error:
             checks.append(f"WARNING: the event stream failed: {stream.error}")
         checks.append(f"whole run {time.monotonic() - started:.0f}s")
-        text_out = report(args, header, versions(), base, ingest, live, drain, steady, sparse, checks, stream_events)
+        text_out = report(args, header, versions(), base, ingest, blocks, live, drain, steady, sparse, checks,
+                          stream_events)
     except (KeyboardInterrupt, BenchError) as exc:
         return failed(exc)
     finally:
