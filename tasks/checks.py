@@ -11,7 +11,7 @@ from models import utcnow
 from models.claims import Claimed, load_claimed
 from models.judging import judge_match
 from models.monitors import load_for_check
-from models.tables import ACTIVE
+from models.tables import ACTIVE, Monitor
 from models.results import Recorded, pause_and_tell, record_check, record_judge_failure
 from tasks.events import publish_monitor, publish_quiet
 from tasks.runtime import Runtime, current
@@ -27,42 +27,41 @@ def check_monitors(claims: list[list]) -> None:
     runtime = current()
     quiet = []
     for monitor in load_claimed([(monitor_id, seq) for monitor_id, seq in claims]):
-        outcome, recorded = check_one(runtime, monitor)
+        outcome, recorded, full = check_one(runtime, monitor)
         if not recorded.written:
             continue
-        if outcome.kind == QUIET:
+        if full is None:  # quiet: the claimed copy is enough for its event
             monitor.last_error, monitor.failure_count = "", 0
             quiet.append(monitor)
             continue
-        changed = load_for_check(monitor.id)
-        if changed is not None:
-            publish_monitor(changed, recorded.woke, status_before=monitor.status)
+        publish_monitor(full, recorded.woke, status_before=monitor.status)
     publish_quiet(quiet)
 
 
-def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded]:
-    """Fetch, compare, judge a match if the monitor has a condition, and record it."""
+def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded, Monitor | None]:
+    """Fetch, compare, judge a match if the monitor has a condition, and record it. Beyond a quiet check, the
+    monitor as recorded (the write is applied to it, so its events need no read back)."""
     now = utcnow()
     prior = Prior(monitor.raw_hash, monitor.content_hash, monitor.state if monitor.state_json else None)
     filled = placeholder_values(now, monitor.prev_checked_at, monitor.last_changed_at)
     outcome = run_check(runtime.source_io(), source_from_record(monitor.source), check_from_record(monitor.check),
                         prior, runtime.settings.FETCH_MAX_TEXT_BYTES, now=now, placeholders=filled)
-    if outcome.kind != FIRED:
-        return outcome, record_check(monitor, monitor.claim_seq, outcome, now, runtime.lifecycle)
+    if outcome.kind == QUIET:
+        return outcome, record_check(monitor, monitor.claim_seq, outcome, now, runtime.lifecycle), None
     full = load_for_check(monitor.id)
-    if full.claim_seq != monitor.claim_seq or full.status != ACTIVE:
-        return outcome, Recorded(False)  # claimed again meanwhile (a long backlog): don't pay a judge for nothing
-    if not full.condition:
-        return outcome, record_check(full, monitor.claim_seq, outcome, now, runtime.lifecycle)
+    if full is None or full.claim_seq != monitor.claim_seq or full.status != ACTIVE:
+        return outcome, Recorded(False), None  # claimed again meanwhile (a long backlog): don't pay a judge
+    if outcome.kind != FIRED or not full.condition:
+        return outcome, record_check(full, monitor.claim_seq, outcome, now, runtime.lifecycle), full
     step = judge_match(full, outcome, runtime.judge_session(), runtime.judge_policy, now)
     if step.over_budget:
         reason = (f"Its judge model has used up the token budget of {runtime.judge_policy.token_budget}; "
                   f"the latest match was: {outcome.verdict.found}")
-        return outcome, pause_and_tell(full, monitor.claim_seq, reason, now)
+        return outcome, pause_and_tell(full, monitor.claim_seq, reason, now), full
     if step.failure:
-        return outcome, record_judge_failure(full, monitor.claim_seq, step.failure, now)
+        return outcome, record_judge_failure(full, monitor.claim_seq, step.failure, now), full
     return step.outcome, record_check(full, monitor.claim_seq, step.outcome, now, runtime.lifecycle,
-                                      unchecked=step.unchecked)
+                                      unchecked=step.unchecked), full
 
 
 ACTORS = [check_monitors]

@@ -166,3 +166,42 @@ def test_json_source_threshold_at_path(client, owner, pages, run_due_checks):
     pages.set_json("/run.json", json.dumps({"jobs": [{"remaining": 0}], "z": 1}))
     run_due_checks()
     assert len(wakes(monitor_id)) == 1
+
+
+def test_the_owners_pages_hear_each_recorded_check_as_the_row_now_stands(client, owner, pages, run_due_checks):
+    """A change, an error and the last wake each publish monitor.updated built from the monitor as written (not
+    read back): it must say what the row says; conversation.updated comes only when the status moves."""
+    import redis
+
+    from models.monitors import event_payload, load_for_check
+    from tests.conftest import TEST_REDIS_URL
+
+    monitor_id = make_monitor(client, owner[1], pages.set("/q", quote("95.10")), max_wakes=2)
+    listener = redis.Redis.from_url(TEST_REDIS_URL).pubsub(ignore_subscribe_messages=True)
+    listener.psubscribe("*")
+    listener.get_message(timeout=1)  # the subscription's confirmation
+
+    def one_check(page: str, status: int = 200) -> tuple[list[tuple[str, dict]], dict]:
+        pages.set("/q", page, status=status)
+        assert run_due_checks() == 1
+        seen = []
+        while (message := listener.get_message(timeout=0.5)) is not None:
+            event = json.loads(message["data"])
+            seen.append((event["name"], event["data"]))
+        with db():
+            return seen, event_payload(load_for_check(monitor_id))
+
+    fired, fired_row = one_check(quote("89.50"))
+    failed, failed_row = one_check("<p>gone</p>", status=404)
+    last, last_row = one_check(quote("95.10"))  # back above 90: the next crossing is the last wake
+    final, final_row = one_check(quote("88.00"))
+    listener.close()
+    assert [name for name, _ in fired] == ["monitor.updated", "message.created"]
+    assert fired[0][1] == fired_row and fired_row["wakes_left"] == 1 and fired_row["check_count"] == 2
+    assert [name for name, _ in failed] == ["monitor.updated"]
+    assert failed[0][1] == failed_row and "404" in failed_row["last_error"]
+    assert [name for name, _ in last] == ["monitor.updated"] and last[0][1] == last_row
+    assert last_row["last_error"] is None and last_row["status"] == "active"
+    assert [name for name, _ in final] == ["monitor.updated", "conversation.updated", "message.created"]
+    assert final[0][1] == final_row and final_row["status"] == "done" and final_row["wakes_left"] == 0
+    assert final[1][1] == {"conversation_id": final_row["conversation_id"], "watching": False}
