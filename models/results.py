@@ -38,12 +38,11 @@ def record_check(monitor, claim_seq: int, outcome: Outcome, now: datetime,
                  life: Lifecycle = Lifecycle(), unchecked: bool = False, source: str = "monitor") -> Recorded:
     """Store what a check found beyond "unchanged", if its claim still holds.
 
-    A quiet check writes nothing here unless it must clear an error or remember new raw bytes.
+    A quiet check writes nothing here unless it must clear an error or remember new raw bytes; it takes the
+    scheduler's Claimed copy. Anything else takes the Monitor (with its conversation) that the wake is written for.
     """
     if outcome.kind == QUIET:
         return _record_quiet(monitor, claim_seq, outcome)
-    if not isinstance(monitor, Monitor):
-        monitor = Monitor.get_by_id(monitor.id)
     with database.transaction():  # inside a caller's transaction, part of it (no savepoint round trips)
         if outcome.kind == ERROR:
             return _record_error(monitor, claim_seq, outcome, now, life)
@@ -146,8 +145,8 @@ def _store_run(monitor: Monitor, claim_seq: int, fields: dict, kind: str, detail
 
 def _claimed_update(monitor, claim_seq: int, fields: dict, bump: bool = True) -> bool:
     """Write only while the claim holds; bumping the claim number makes any duplicate of it stale. Whether
-    it was written; if so, a Monitor passed in gets the same changes, so its events are built without reading
-    the row back.
+    it was written; if so, the caller's copy (a Monitor, or a quiet check's Claimed) gets the same changes, so
+    its events are built without reading the row back.
 
     A field set to ONE_MORE counts up. The statement's text depends only on which fields change, so it is
     built once per shape (peewee spent ~0.7 ms of CPU building this UPDATE on every call).
@@ -159,9 +158,8 @@ def _claimed_update(monitor, claim_seq: int, fields: dict, bump: bool = True) ->
     values = [field.db_value(value) for field, value in fields.items() if value is not ONE_MORE]
     if database.execute_sql(sql, [*values, monitor.id, claim_seq, ACTIVE]).rowcount != 1:
         return False
-    if isinstance(monitor, Monitor):
-        for field, value in fields.items():
-            setattr(monitor, field.name, getattr(monitor, field.name) + 1 if value is ONE_MORE else value)
+    for field, value in fields.items():
+        setattr(monitor, field.name, getattr(monitor, field.name) + 1 if value is ONE_MORE else value)
     return True
 
 

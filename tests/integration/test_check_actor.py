@@ -169,8 +169,9 @@ def test_json_source_threshold_at_path(client, owner, pages, run_due_checks):
 
 
 def test_the_owners_pages_hear_each_recorded_check_as_the_row_now_stands(client, owner, pages, run_due_checks):
-    """A change, an error and the last wake each publish monitor.updated built from the monitor as written (not
-    read back): it must say what the row says; conversation.updated comes only when the status moves."""
+    """A change, an error, a quiet check that clears it and the last wake each publish monitor.updated built from
+    the monitor as written (not read back): it must say what the row says; conversation.updated comes only when
+    the status moves."""
     import redis
 
     from models.monitors import event_payload, load_for_check
@@ -193,6 +194,7 @@ def test_the_owners_pages_hear_each_recorded_check_as_the_row_now_stands(client,
 
     fired, fired_row = one_check(quote("89.50"))
     failed, failed_row = one_check("<p>gone</p>", status=404)
+    recovered, recovered_row = one_check(quote("89.50"))  # the bytes from before the error: a quiet check
     last, last_row = one_check(quote("95.10"))  # back above 90: the next crossing is the last wake
     final, final_row = one_check(quote("88.00"))
     listener.close()
@@ -200,6 +202,8 @@ def test_the_owners_pages_hear_each_recorded_check_as_the_row_now_stands(client,
     assert fired[0][1] == fired_row and fired_row["wakes_left"] == 1 and fired_row["check_count"] == 2
     assert [name for name, _ in failed] == ["monitor.updated"]
     assert failed[0][1] == failed_row and "404" in failed_row["last_error"]
+    assert [name for name, _ in recovered] == ["monitor.updated"] and recovered[0][1] == recovered_row
+    assert recovered_row["last_error"] is None and recovered_row["wakes_left"] == 1
     assert [name for name, _ in last] == ["monitor.updated"] and last[0][1] == last_row
     assert last_row["last_error"] is None and last_row["status"] == "active"
     assert [name for name, _ in final] == ["monitor.updated", "conversation.updated", "message.created"]
