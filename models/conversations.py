@@ -8,19 +8,14 @@ from models.tables import ACTIVE, Conversation, Message, Monitor, User
 
 
 
-class ConversationRefused(ValueError):
-    """The conversation id belongs to another user."""
-
-
 def conversation_for(user: User, external_id: str, channel: str, agent_id: str) -> Conversation:
-    """The user's conversation with this id, created on first use."""
-    conv = Conversation.get_or_none(Conversation.external_id == external_id)
+    """The user's conversation with this id, created on first use. Ids are the runtime's own, unique per
+    account: another account's conversation of the same id is a different one, and never seen from here."""
+    conv = Conversation.get_or_none((Conversation.user == user) & (Conversation.external_id == external_id))
     if conv is None:
         conv, _ = Conversation.get_or_create(
-            external_id=external_id,
-            defaults={"user": user, "channel": channel, "agent_id": agent_id, "title": external_id[:200]})
-    if conv.user_id != user.id:
-        raise ConversationRefused(external_id)
+            user=user, external_id=external_id,
+            defaults={"channel": channel, "agent_id": agent_id, "title": external_id[:200]})
     return conv
 
 

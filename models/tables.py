@@ -28,8 +28,8 @@ class ApiToken(BaseModel):
 
 
 class Conversation(BaseModel):
-    user = peewee.ForeignKeyField(User, backref="conversations", on_delete="CASCADE")
-    external_id = peewee.CharField(max_length=200, unique=True)
+    user = peewee.ForeignKeyField(User, backref="conversations", on_delete="CASCADE", index=False)
+    external_id = peewee.CharField(max_length=200)
     channel = peewee.CharField(max_length=40, default="chat")
     agent_id = peewee.CharField(max_length=200, default="")
     title = peewee.CharField(max_length=200, default="")
@@ -38,6 +38,8 @@ class Conversation(BaseModel):
 
     class Meta:
         table_name = "conversations"
+        #: a runtime's conversation ids are its own: unique per account (m0007)
+        indexes = ((("user", "external_id"), True),)
 
 
 class Message(BaseModel):

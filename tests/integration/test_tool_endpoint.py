@@ -151,14 +151,23 @@ def test_body_not_json_is_400(client, owner):
     assert response.status_code == 400
 
 
-def test_conversation_of_another_user_is_refused(client, owner, stranger, pages):
+def test_conversation_id_is_per_account(client, owner, stranger, pages):
+    """Two accounts' runtimes may both name a conversation conv-1; each sees only its own."""
     url = pages.set("/quote", QUOTE)
-    assert tool(client, owner[1], "monitor_create", create_args(url)).json()["ok"] is True
-    body = tool(client, stranger[1], "monitor_list").json()
-    assert body["ok"] is False and "belongs to another account" in body["error"]
-    body = tool(client, stranger[1], "monitor_create", create_args(url)).json()
-    assert body["ok"] is False
-    assert count_monitors() == 1
+    mine = tool(client, owner[1], "monitor_create", create_args(url)).json()["result"]["monitor_id"]
+    assert tool(client, stranger[1], "monitor_list").json() == {"ok": True, "result": {"monitors": []}}
+    refused = tool(client, stranger[1], "monitor_cancel", {"monitor_id": mine}).json()
+    assert refused["ok"] is False and "no monitor" in refused["error"]
+    theirs = tool(client, stranger[1], "monitor_create", create_args(url)).json()["result"]["monitor_id"]
+    assert [m["monitor_id"] for m in tool(client, owner[1], "monitor_list").json()["result"]["monitors"]] == [mine]
+    assert [m["monitor_id"] for m in tool(client, stranger[1], "monitor_list").json()["result"]["monitors"]] == [theirs]
+    with db():
+        conversations = {(c.user_id, c.external_id) for c in Conversation.select()}
+        assert conversations == {(owner[0].id, "conv-1"), (stranger[0].id, "conv-1")}
+        assert Monitor.get_by_id(mine).status == "active"
+    messages = client.get("/api/conversations/conv-1/messages?after=0",
+                          headers={"Authorization": f"Bearer {stranger[1]}"})
+    assert messages.status_code == 200
 
 
 def test_list_and_cancel_act_on_this_conversation_only(client, owner, pages):
