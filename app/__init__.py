@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from litestar import Litestar, Response, get
+from litestar import Litestar, Request, Response, get
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.middleware.session.client_side import CookieBackendConfig
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
@@ -13,6 +14,7 @@ from litestar.template.config import TemplateConfig
 
 from app import unavailable
 from app.approvals import ApprovalsController
+from app.capacity import install_lanes, lanes_middleware
 from app.conversations_api import ConversationsController
 from app.events import EventsController
 from app.models_page import ModelsController
@@ -58,8 +60,16 @@ def _hand_over_deliveries() -> None:
     relay.wait_idle(timeout=5)
 
 
+def _too_large(cap: int):
+    def answer(request: Request, exc: Exception) -> Response:
+        return Response({"detail": f"The request body is over {cap} bytes (API_MAX_BODY_BYTES); send less."},
+                        status_code=413, headers={"Cache-Control": "no-store", "Connection": "close"})
+    return answer
+
+
 def create_app(settings: Settings) -> Litestar:
     """The web app; the caller has bound the database and configured tasks.runtime."""
+    install_lanes(settings.WEB_THREADS, settings.WEB_PUBLIC_THREADS)
     session = CookieBackendConfig(secret=hashlib.sha256(f"session:{settings.SECRET_KEY}".encode()).digest(),
                                   key="vigil_session", httponly=True, samesite="lax",
                                   secure=settings.SESSION_COOKIE_SECURE,
@@ -68,8 +78,9 @@ def create_app(settings: Settings) -> Litestar:
         route_handlers=[ToolController, ConversationsController, MonitorsController, EventsController,
                         PagesController, ModelsController, TriggersController, ApprovalsController, healthz,
                         create_static_files_router(path="/static", directories=[STATIC])],
-        middleware=[session.middleware],
-        exception_handlers=unavailable.HANDLERS,
+        middleware=[lanes_middleware, session.middleware],
+        exception_handlers={**unavailable.HANDLERS, RequestEntityTooLarge: _too_large(settings.API_MAX_BODY_BYTES)},
+        request_max_body_size=settings.API_MAX_BODY_BYTES,
         on_shutdown=[_hand_over_deliveries],
         template_config=TemplateConfig(instance=JinjaTemplateEngine.from_environment(env)),
         logging_config=None,  # vigil.logs set logging up already; Litestar's default would reset LOG_LEVEL

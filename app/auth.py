@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 
 from litestar import Request
-from litestar.exceptions import NotAuthorizedException, PermissionDeniedException
+from litestar.exceptions import NotAuthorizedException, PermissionDeniedException, TooManyRequestsException
 
 from engine.tokens import same_secret
+from tasks.runtime import current
 from models import connection
 from models.accounts import user_for_token
 from models.tables import User
@@ -24,9 +26,12 @@ def bearer_token(request: Request) -> str | None:
     return token.strip() if scheme.lower() == "bearer" and token.strip() else None
 
 
-def token_user(request: Request) -> User:
-    """The user of the runtime token; 401 when it is missing or unknown. Call in a worker thread."""
+def token_user(request: Request, count: bool = True) -> User:
+    """The user of the runtime token; 401 when it is missing or unknown, 429 over API_RATE_PER_MINUTE (unless
+    `count` is off: the same call looked at again). Call in a worker thread."""
     token = bearer_token(request)
+    if token and count:
+        limit_calls("token:" + hashlib.sha256(token.encode()).hexdigest()[:32])
     user = user_for_token(token) if token else None
     if user is None:
         raise NotAuthorizedException("A valid runtime token is required: send Authorization: Bearer <token>.")
@@ -50,7 +55,18 @@ def api_user(request: Request) -> tuple[User, bool]:
     user = session_user(request)
     if user is None:
         raise NotAuthorizedException("Sign in, or send Authorization: Bearer <runtime token>.")
+    limit_calls(f"session:{user.id}")
     return user, True
+
+
+def limit_calls(key: str) -> None:
+    """Count one API call of a token or a session; 429 with Retry-After over API_RATE_PER_MINUTE."""
+    runtime = current()
+    rate = runtime.settings.API_RATE_PER_MINUTE
+    if not runtime.limiter.allow("api", key, rate):
+        wait = runtime.limiter.retry_after("api", key, rate)
+        raise TooManyRequestsException(f"Over {rate} calls a minute with this token; wait {wait} seconds and "
+                                       "try again.", headers={"Retry-After": str(wait)})
 
 
 def csrf_token(request: Request) -> str:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any
 
 from litestar import Controller, Request, post
+from litestar.concurrency import sync_to_thread
 from litestar.exceptions import ValidationException
 from litestar.params import Body
 
 from models import connection, utcnow
-from models.conversations import ConversationRefused, conversation_for
-from models.tool_actions import CreateContext, ToolError, monitor_cancel, monitor_create, monitor_list
+from models.conversations import conversation_for
+from models.tool_actions import (
+    CreateContext, Prepared, ToolError, first_check, monitor_cancel, monitor_list, prepare_create, store_create,
+)
 from app.auth import token_user
+from app.capacity import Busy, create_gate
 from app.openapi import TOOL_CALL, ToolReply, errors
 from engine.links import app_base, public_base
 from app.settings import limits_from
@@ -24,39 +29,70 @@ ACTIONS = ("monitor_create", "monitor_list", "monitor_cancel")
 class ToolController(Controller):
     path = "/api/tool"
 
-    @post("/monitor", status_code=200, sync_to_thread=True, responses=errors(400, 401))
-    def monitor(self, request: Request, data: Annotated[Any, Body(schema_extra=TOOL_CALL)]) -> ToolReply:
+    @post("/monitor", status_code=200, responses=errors(400, 401, 413, 429))
+    async def monitor(self, request: Request, data: Annotated[Any, Body(schema_extra=TOOL_CALL)]) -> ToolReply:
+        """Short calls are one unit of work. A polled monitor_create is three: validate (a connection), its
+        first check (no connection, in the create pool, bounded per process and per account), store (a
+        connection)."""
         action, arguments, context = _parse_body(data)
-        with connection():
-            user = token_user(request)
-            try:
-                conversation = conversation_for(user, context["conversation_id"], context.get("channel") or "chat",
-                                                context.get("agent_id") or "")
-                return {"ok": True, "result": _run(action, user, conversation, arguments)}
-            except ConversationRefused:
-                return {"ok": False, "error": "This conversation id belongs to another account; use the id of "
-                                              "the conversation you are in."}
-            except ToolError as exc:
-                return {"ok": False, "error": str(exc)}
+        first = await sync_to_thread(_call, request, action, arguments, context)
+        if not isinstance(first, Prepared):
+            return first
+        settings = current().settings
+        gate = create_gate(settings.CREATE_CONCURRENCY, settings.CREATE_CONCURRENCY_PER_ACCOUNT)
+        deadline = settings.CREATE_FETCH_TIMEOUT_SECONDS
+        checked_at = utcnow()
+        try:
+            outcome = await gate.run(first.user_id, lambda: first_check(
+                first, current().create_io(), settings.FETCH_MAX_TEXT_BYTES, checked_at), deadline + 1)
+        except Busy as exc:
+            return {"ok": False, "error": str(exc)}
+        except asyncio.TimeoutError:
+            return {"ok": False, "error": f"The first check took longer than {deadline:g} seconds, so no monitor "
+                                         "was created; try again, or watch a source that answers sooner."}
+        return await sync_to_thread(_store, request, first, outcome, checked_at)
 
 
-def _run(action: str, user, conversation, arguments: dict) -> dict:
-    if action == "monitor_list":
-        return monitor_list(user, conversation)
-    if action == "monitor_cancel":
-        monitor, result = monitor_cancel(user, conversation, arguments)
-    else:
-        runtime = current()
-        settings = runtime.settings
-        if not settings.MONITORS_ENABLED:
-            raise ToolError("Monitors are turned off on this Vigil instance; tell the user you can't watch this.")
-        api_base = public_base(settings.PUBLIC_API_BASE_URL, settings.API_URL)
-        ctx = CreateContext(limits_from(settings), runtime.source_io(), settings.FETCH_MAX_TEXT_BYTES,
-                            runtime.judge_policy, runtime.keyring, api_base,
-                            app_base(settings.PUBLIC_APP_URL, settings.SERVE_UI, api_base))
-        monitor, result = monitor_create(user, conversation, arguments, ctx, utcnow())
+def _call(request: Request, action: str, arguments: dict, context: dict) -> dict | Prepared:
+    """The reply, or a polled monitor_create that still needs its first check."""
+    with connection():
+        user = token_user(request)
+        conversation = conversation_for(user, context["conversation_id"], context.get("channel") or "chat",
+                                        context.get("agent_id") or "")
+        try:
+            if action == "monitor_list":
+                return {"ok": True, "result": monitor_list(user, conversation)}
+            if action == "monitor_cancel":
+                return _published(*monitor_cancel(user, conversation, arguments))
+            prepared = prepare_create(user, conversation, arguments, _create_context(), utcnow())
+            return prepared if isinstance(prepared, Prepared) else _published(*prepared)
+        except ToolError as exc:
+            return {"ok": False, "error": str(exc)}
+
+
+def _store(request: Request, prepared: Prepared, outcome, checked_at) -> dict:
+    with connection():
+        token_user(request, count=False)  # a token revoked while the first check ran creates nothing
+        try:
+            return _published(*store_create(prepared, outcome, checked_at, utcnow()))
+        except ToolError as exc:
+            return {"ok": False, "error": str(exc)}
+
+
+def _published(monitor, result: dict) -> dict:
     publish_monitor(monitor)
-    return result
+    return {"ok": True, "result": result}
+
+
+def _create_context() -> CreateContext:
+    runtime = current()
+    settings = runtime.settings
+    if not settings.MONITORS_ENABLED:
+        raise ToolError("Monitors are turned off on this Vigil instance; tell the user you can't watch this.")
+    api_base = public_base(settings.PUBLIC_API_BASE_URL, settings.API_URL)
+    return CreateContext(limits_from(settings), runtime.source_io(), settings.FETCH_MAX_TEXT_BYTES,
+                         runtime.judge_policy, runtime.keyring, api_base,
+                         app_base(settings.PUBLIC_APP_URL, settings.SERVE_UI, api_base))
 
 
 def _parse_body(data: Any) -> tuple[str, dict, dict]:

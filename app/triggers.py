@@ -33,7 +33,8 @@ class TriggersController(Controller):
         """Link previews and mail scanners fetch links: nothing happens on GET."""
         return _answer(405, {"detail": "Trigger links take POST only; a GET (a link preview, say) does nothing."})
 
-    @post("/{token:str}", status_code=202, responses=errors(400, 401, 404, 413, 429))
+    # request_max_body_size=None: the link caps its body itself, at TRIGGER_MAX_PAYLOAD_BYTES
+    @post("/{token:str}", status_code=202, responses=errors(400, 401, 404, 413, 429), request_max_body_size=None)
     async def deliver(self, request: Request, token: FromPath[str]) -> Response[Accepted]:
         settings = current().settings
         body = await _read_capped(request, settings.TRIGGER_MAX_PAYLOAD_BYTES)

@@ -20,8 +20,9 @@ _SQLITE_PRAGMAS = {"journal_mode": "wal", "busy_timeout": 10000, "foreign_keys":
                    "synchronous": "normal"}
 
 
-def bind(url: str) -> peewee.Database:
-    """Connect the proxy to `url` (sqlite:///… or postgresql://…); nothing is opened yet."""
+def bind(url: str, max_connections: int = 32) -> peewee.Database:
+    """Connect the proxy to `url` (sqlite:///… or postgresql://…); nothing is opened yet. `max_connections`
+    bounds PostgreSQL's pool (DATABASE_MAX_CONNECTIONS)."""
     if url.startswith("sqlite:///"):
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
         db = connect(url, pragmas=_SQLITE_PRAGMAS, autoconnect=False, check_same_thread=False)
@@ -29,7 +30,7 @@ def bind(url: str) -> peewee.Database:
         # connect_timeout: a host that drops packets fails a connect in 10 s instead of hanging it (a URL's
         # ?connect_timeout= wins)
         db = PooledPostgres(**{"connect_timeout": 10, **parse(_plain_postgres(url))}, autoconnect=False,
-                            max_connections=32, stale_timeout=300, timeout=10)
+                            max_connections=max_connections, stale_timeout=300, timeout=10)
     database.initialize(db)
     return db
 

@@ -13,12 +13,12 @@ from engine.checks.status import canonical
 from engine.crypto import Keyring
 from engine.links import DEFAULT_BASE, unreachable_reason
 from engine.signatures import example_body, example_curl, new_secret
-from engine.pipeline import BASELINE, Prior, run_check
+from engine.pipeline import BASELINE, Outcome, Prior, run_check
 from engine.placeholders import values as placeholder_values
 from engine.schedule import next_check_at
 from engine.sources import SourceIO
-from engine.spec import Limits, SpecError, channel_refusal, parse_create
-from models.db import iso
+from engine.spec import Limits, MonitorSpec, SpecError, channel_refusal, parse_create
+from models.db import iso, utcnow
 from models.judging import DEFAULT_MODEL, JudgePolicy, resolve_model
 from models.approvals import create_request
 from models.triggers import create_link
@@ -45,8 +45,30 @@ class CreateContext:
     app_url: str = DEFAULT_BASE
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A polled monitor_create that passed validation and waits for its first check (taken with no database
+    connection held: it may take as long as the source does)."""
+    user_id: int
+    conversation_id: int
+    spec: MonitorSpec
+    notes: list[str]
+
+
 def monitor_create(user: User, conversation: Conversation, arguments: object, ctx: CreateContext, now: datetime):
-    """Validate, take the baseline check, store the monitor. Returns (monitor, result)."""
+    """Validate, take the baseline check, store the monitor, in one go. Returns (monitor, result).
+
+    The web tier runs the same three steps apart (prepare_create, first_check, store_create), so that no
+    connection is held while the source answers."""
+    prepared = prepare_create(user, conversation, arguments, ctx, now)
+    if not isinstance(prepared, Prepared):
+        return prepared
+    return store_create(prepared, first_check(prepared, ctx.io, ctx.max_text_bytes, now), now, utcnow())
+
+
+def prepare_create(user: User, conversation: Conversation, arguments: object, ctx: CreateContext,
+                   now: datetime) -> Prepared | tuple:
+    """Validate the call. A link monitor needs no first check and is stored now: (monitor, result)."""
     refusal = channel_refusal(conversation.channel)
     if refusal:
         raise ToolError(refusal)
@@ -59,15 +81,29 @@ def monitor_create(user: User, conversation: Conversation, arguments: object, ct
         return _create_trigger(user, conversation, spec, notes, ctx, now)
     if spec.source.type == "approval":
         return _create_approval(user, conversation, spec, notes, ctx, now)
-    outcome = run_check(ctx.io, spec.source, spec.check, Prior(), ctx.max_text_bytes, now=now,
-                        placeholders=placeholder_values(now, None, None))
+    return Prepared(user.id, conversation.id, spec, notes)
+
+
+def first_check(prepared: Prepared, io: SourceIO, max_text_bytes: int, now: datetime) -> Outcome:
+    """The baseline check: engine only, no database."""
+    return run_check(io, prepared.spec.source, prepared.spec.check, Prior(), max_text_bytes, now=now,
+                     placeholders=placeholder_values(now, None, None))
+
+
+def store_create(prepared: Prepared, outcome: Outcome, checked_at: datetime, now: datetime):
+    """Store the monitor with its baseline, if the conversation is still the caller's. Returns (monitor, result)."""
+    spec, notes = prepared.spec, list(prepared.notes)
     if outcome.kind != BASELINE:
         where = spec.source.url or spec.source.path
         raise ToolError(f"The first check of {where} failed, so no monitor was created: {outcome.error}")
+    conversation = Conversation.get_or_none((Conversation.id == prepared.conversation_id)
+                                            & (Conversation.user == prepared.user_id))
+    if conversation is None:
+        raise ToolError("The conversation was removed while the first check ran, so no monitor was created.")
     if _already_holds(spec.check, outcome.verdict.state):
         notes.append("The check already holds now; it fires only after that stops and then starts again, "
                      "so tell the user what it is now.")
-    monitor = create_monitor(user, conversation, spec, outcome, now,
+    monitor = create_monitor(conversation.user, conversation, spec, outcome, checked_at,
                              next_check_at(now, spec.interval_seconds))
     return monitor, {
         "monitor_id": monitor.id, "status": monitor.status, "baseline": outcome.verdict.summary,

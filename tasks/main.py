@@ -7,5 +7,5 @@ from vigil.logs import setup_logging
 
 settings = Settings.from_env()
 setup_logging(settings.LOG_LEVEL)
-bind(settings.DATABASE_URL)
+bind(settings.DATABASE_URL, settings.DATABASE_MAX_CONNECTIONS)
 broker = setup_broker(settings)

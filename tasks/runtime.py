@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import requests
 
@@ -45,6 +45,14 @@ class Runtime:
 
     def source_io(self) -> SourceIO:
         return SourceIO(self.fetcher(), self.source_policy)
+
+    def create_io(self) -> SourceIO:
+        """This thread's sources for first checks at create: the shorter CREATE_FETCH_TIMEOUT_SECONDS."""
+        fetcher = getattr(self._local, "create_fetcher", None)
+        if fetcher is None:
+            policy = replace(fetch_policy(self.settings), timeout=self.settings.CREATE_FETCH_TIMEOUT_SECONDS)
+            fetcher = self._local.create_fetcher = Fetcher(policy)
+        return SourceIO(fetcher, self.source_policy)
 
     def judge_session(self) -> requests.Session:
         """This thread's session to judge providers (set by an administrator, so not SSRF-guarded)."""

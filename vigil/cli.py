@@ -55,7 +55,7 @@ def _database(settings: Settings, migrate: bool = False):
     from models.db import bind
     from models.migrate import migrate as apply, pending
 
-    bind(settings.DATABASE_URL)
+    bind(settings.DATABASE_URL, settings.DATABASE_MAX_CONNECTIONS)
     _wait_for_database()
     with connection():
         if migrate:

@@ -18,8 +18,11 @@ log = logging.getLogger("vigil")
 def run_web(settings: Settings, host: str, port: int) -> int:
     from app import create_app
 
+    from vigil.webserver import guarded_protocol
+
     config = uvicorn.Config(create_app(settings), host=host, port=port, timeout_graceful_shutdown=2,
-                            log_level=settings.LOG_LEVEL.lower(), proxy_headers=False)
+                            log_level=settings.LOG_LEVEL.lower(), proxy_headers=False,
+                            http=guarded_protocol(settings.WEB_HEADER_TIMEOUT_SECONDS))
     mask_tokens()
     for sig in (signal.SIGINT, signal.SIGTERM):
         # uvicorn shuts down on the signal, then raises it again for whatever handler was there before;

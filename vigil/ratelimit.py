@@ -7,6 +7,8 @@ still apply.
 from __future__ import annotations
 
 import logging
+import math
+import time
 
 from limits import RateLimitItemPerMinute
 from limits.errors import StorageError
@@ -28,3 +30,11 @@ class LinkLimiter:
         except StorageError as exc:
             log.warning("rate limit skipped, its storage is unreachable: %s", exc)
             return True
+
+    def retry_after(self, scope: str, key: str, per_minute: int) -> int:
+        """Whole seconds until `key` may be counted again (at least 1), for a Retry-After header."""
+        try:
+            reset = self._limiter.get_window_stats(RateLimitItemPerMinute(per_minute), scope, key).reset_time
+        except StorageError:
+            return 1
+        return max(1, math.ceil(reset - time.time()))

@@ -114,6 +114,30 @@ class Settings:
     """Most monitors claimed in one tick. Default 500."""
     WORKER_THREADS: int = 4
     """Worker threads of the embedded (vigil serve) worker. Default 4."""
+    CREATE_CONCURRENCY: int = 8
+    """Most first checks (baseline fetches of monitor_create) one web process runs at once; a call over it is
+    told to try again in a few seconds. Default 8."""
+    CREATE_CONCURRENCY_PER_ACCOUNT: int = 2
+    """Most first checks one account runs at once in one web process. Default 2."""
+    CREATE_FETCH_TIMEOUT_SECONDS: float = 10.0
+    """Overall deadline of the first check that monitor_create takes. Default 10."""
+    API_RATE_PER_MINUTE: int = 600
+    """Calls per minute one runtime token (or one signed-in owner) may make to the tool endpoint and the REST
+    API (moving window); more are answered 429 with Retry-After. Default 600."""
+    API_MAX_BODY_BYTES: int = 1024 * 1024
+    """Largest request body the web accepts outside trigger links; more is answered 413 before it is read.
+    Default 1048576 (1 MiB)."""
+    WEB_THREADS: int = 16
+    """Threads of one web process for the tool endpoint, the REST API and the owner's pages. Default 16."""
+    WEB_PUBLIC_THREADS: int = 8
+    """Threads of one web process kept for the cheap public paths (trigger links, approval pages, login,
+    event streams, health), which the others can't take. Default 8."""
+    WEB_HEADER_TIMEOUT_SECONDS: float = 10.0
+    """A client must send a request's headers within this long of connecting (or of its last answer) or the
+    connection is closed, so a slowloris client can't hold it. Default 10."""
+    DATABASE_MAX_CONNECTIONS: int = 32
+    """PostgreSQL connections one process may open (its pool); keep it above WEB_THREADS + WEB_PUBLIC_THREADS.
+    Default 32."""
     SESSION_COOKIE_SECURE: bool = False
     """Send the session cookie over HTTPS only; turn on behind TLS. Default false."""
     LOG_LEVEL: str = "INFO"
@@ -139,6 +163,13 @@ class Settings:
             changes["SECRET_KEY"] = _stored_secret(data_dir)
         if self.MONITOR_MIN_INTERVAL_SECONDS < 1:
             raise SettingsError("MONITOR_MIN_INTERVAL_SECONDS must be at least 1")
+        for name in ("CREATE_CONCURRENCY", "CREATE_CONCURRENCY_PER_ACCOUNT", "API_RATE_PER_MINUTE",
+                     "API_MAX_BODY_BYTES", "WEB_THREADS", "WEB_PUBLIC_THREADS", "DATABASE_MAX_CONNECTIONS"):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"{name} must be at least 1")
+        for name in ("CREATE_FETCH_TIMEOUT_SECONDS", "WEB_HEADER_TIMEOUT_SECONDS"):
+            if getattr(self, name) <= 0:
+                raise SettingsError(f"{name} must be more than 0")
         return replace(self, **changes) if changes else self
 
     @property
