@@ -16,6 +16,8 @@ from app import unavailable
 from app.approvals import ApprovalsController
 from app.capacity import install_lanes, lanes_middleware
 from app.conversations_api import ConversationsController
+from app.devices import DevicesController
+from app.runner import RunnerController
 from app.events import EventsController
 from app.models_page import ModelsController
 from app.monitors_api import MonitorsController
@@ -73,10 +75,11 @@ def create_app(settings: Settings) -> Litestar:
     session = CookieBackendConfig(secret=hashlib.sha256(f"session:{settings.SECRET_KEY}".encode()).digest(),
                                   key="vigil_session", httponly=True, samesite="lax",
                                   secure=settings.SESSION_COOKIE_SECURE,
-                                  exclude=["^/api/triggers/", "^/api/tool/", "^/healthz"])
+                                  exclude=["^/api/triggers/", "^/api/tool/", "^/healthz", "^/api/runner/"])
     return Litestar(
         route_handlers=[ToolController, ConversationsController, MonitorsController, EventsController,
                         PagesController, ModelsController, TriggersController, ApprovalsController, healthz,
+                        DevicesController, RunnerController,
                         create_static_files_router(path="/static", directories=[STATIC])],
         middleware=[lanes_middleware, session.middleware],
         exception_handlers={**unavailable.HANDLERS, RequestEntityTooLarge: _too_large(settings.API_MAX_BODY_BYTES)},

@@ -11,10 +11,11 @@ from litestar.concurrency import sync_to_thread
 from litestar.exceptions import NotAuthorizedException
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
-from app.auth import api_user, session_user
+from app.auth import SESSION_CSRF, api_user, session_user
 from app.templating import render
 from models import connection
 from models.conversations import find_conversation, is_watching
+from models.devices import owned_device
 from models.monitors import load_for_check
 from models.tables import Message
 from tasks.runtime import current
@@ -34,7 +35,8 @@ class EventsController(Controller):
         user = await sync_to_thread(session_user, request)
         if user is None:
             raise NotAuthorizedException("Sign in to follow your monitors.")
-        return _stream(user, lambda name, data: _as_html(user, name, data))
+        csrf = (request.session or {}).get(SESSION_CSRF, "")  # for the forms of the partials it sends
+        return _stream(user, lambda name, data: _as_html(user, name, data, csrf))
 
 
 def _stream(user, translate: Callable) -> ServerSentEvent:
@@ -57,13 +59,15 @@ async def _as_json(name: str, data: dict) -> list[ServerSentEventMessage]:
     return [ServerSentEventMessage(event=name, data=json.dumps(data))]
 
 
-async def _as_html(user, name: str, data: dict) -> list[ServerSentEventMessage]:
-    html = await sync_to_thread(_fragments, user, name, data)
+async def _as_html(user, name: str, data: dict, csrf: str = "") -> list[ServerSentEventMessage]:
+    html = await sync_to_thread(_fragments, user, name, data, csrf)
     return [ServerSentEventMessage(event=event, data=body) for event, body in html]
 
 
-def _fragments(user, name: str, data: dict) -> list[tuple[str, str]]:
+def _fragments(user, name: str, data: dict, csrf: str = "") -> list[tuple[str, str]]:
     """The partials an event refreshes, each named like its element id."""
+    if name == "device.updated":
+        return _device_fragment(user, data, csrf)
     with connection():
         conversation = find_conversation(user, data.get("conversation_id", ""))
         if conversation is None:
@@ -72,7 +76,10 @@ def _fragments(user, name: str, data: dict) -> list[tuple[str, str]]:
             monitor = load_for_check(data["monitor_id"])
             if monitor is None:
                 return []
-            return [(f"monitor-{monitor.id}", render("partials/_monitor_row.html", monitor=monitor))]
+            parts = [(f"monitor-{monitor.id}", render("partials/_monitor_row.html", monitor=monitor))]
+            if (monitor.source or {}).get("type") == "command":
+                parts.append((f"command-{monitor.id}", render("partials/_command_card.html", monitor=monitor)))
+            return parts
         if name == "conversation.updated":
             conversation.watching = is_watching(conversation.id)
             return [(f"conversation-{conversation.id}",
@@ -83,3 +90,12 @@ def _fragments(user, name: str, data: dict) -> list[tuple[str, str]]:
                 return []
             return [(f"messages-{conversation.id}", render("partials/_message.html", message=message))]
     return []
+
+
+def _device_fragment(user, data: dict, csrf: str) -> list[tuple[str, str]]:
+    with connection():
+        device = owned_device(user, data.get("id", 0))
+        if device is None:
+            return []
+        return [(f"device-{device.id}", render("partials/_device_row.html", device=device, device_state=data,
+                                               csrf=csrf))]

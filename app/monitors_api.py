@@ -15,8 +15,13 @@ from tasks.runtime import current
 from models.conversations import find_conversation
 from models.monitors import MonitorNotFound, TransitionRefused, change_status, monitor_json, user_monitors
 from tasks.events import publish_monitor
+from app.devices import owner_session
+from models.commands import CommandRefused, decide_command
+from models.tables import AWAITING
 
 ACTIONS = ("pause", "resume", "cancel")
+#: a command's approval: the owner's browser session only
+DECISIONS = ("approve", "deny")
 REVEALS_PER_MINUTE = 10
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
@@ -57,6 +62,8 @@ class MonitorsController(Controller):
     @post("/{monitor_id:str}/{action:str}", status_code=200, sync_to_thread=True,
           responses=errors(401, 403, 404, 409))
     def act(self, request: Request, monitor_id: FromPath[str], action: FromPath[str]) -> Response:
+        if action in DECISIONS:
+            return _decide(request, monitor_id, action == "approve")
         if action not in ACTIONS:
             raise NotFoundException(f"Unknown action {action!r}; use pause, resume or cancel.")
         user, from_session = api_user(request)
@@ -75,3 +82,17 @@ class MonitorsController(Controller):
                 return Response(render("partials/_monitor_row.html", monitor=monitor),
                                 media_type="text/html")
             return Response(monitor_json(monitor))
+
+
+def _decide(request: Request, monitor_id: str, approve: bool) -> Response:
+    """Approve or deny an awaiting command: the owner's session with its CSRF token, never a runtime token."""
+    user = owner_session(request)
+    with connection():
+        try:
+            monitor, woke = decide_command(user, monitor_id, approve, utcnow())
+        except CommandRefused as exc:
+            return Response({"detail": str(exc), "status_code": 409}, status_code=409)
+        publish_monitor(monitor, woke, status_before=AWAITING)
+        if request.headers.get("hx-request"):
+            return Response(render("partials/_command_card.html", monitor=monitor), media_type="text/html")
+        return Response(monitor_json(monitor))

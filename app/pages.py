@@ -21,7 +21,7 @@ from tasks.runtime import current
 from models.accounts import authenticate
 from models.conversations import user_conversations
 from models.monitors import user_monitors
-from models.tables import Conversation, Message
+from models.tables import AWAITING, Conversation, Message
 
 Form = Body(media_type=RequestEncodingType.URL_ENCODED)
 
@@ -41,6 +41,13 @@ def trigger_cards(monitors) -> dict[str, dict]:
     return cards
 
 
+def _local_path(value: str | None) -> str | None:
+    """Where to go after signing in: a path on this site only (never //host or a scheme)."""
+    if not value or not value.startswith("/") or value.startswith("//") or "\\" in value or len(value) > 300:
+        return None
+    return value
+
+
 class PagesController(Controller):
     @get("/", sync_to_thread=True)
     def home(self, request: Request) -> Redirect:
@@ -48,18 +55,20 @@ class PagesController(Controller):
 
     @get("/login", sync_to_thread=True)
     def login_form(self, request: Request) -> Template:
-        return Template("pages/login.html", context={"csrf": csrf_token(request), "error": None})
+        return Template("pages/login.html", context={"csrf": csrf_token(request), "error": None,
+                                                     "next": _local_path(request.query_params.get("next"))})
 
     @post("/login", sync_to_thread=True)
     def login(self, request: Request, data: Annotated[dict[str, str], Form]) -> Response:
         check_csrf(request, data.get("_csrf"))
         with connection():
             user = authenticate(data.get("email", ""), data.get("password", ""))
+        after = _local_path(data.get("next"))
         if user is None:
             return Template("pages/login.html", status_code=400,
-                            context={"csrf": csrf_token(request), "error": "Wrong email or password."})
+                            context={"csrf": csrf_token(request), "error": "Wrong email or password.", "next": after})
         request.set_session({SESSION_USER: user.id, SESSION_CSRF: secrets.token_urlsafe(32)})
-        return Redirect("/settings/monitors", status_code=303)
+        return Redirect(after or "/settings/monitors", status_code=303)
 
     @post("/logout", sync_to_thread=True)
     def logout(self, request: Request, data: Annotated[dict[str, str], Form]) -> Redirect:
@@ -73,7 +82,9 @@ class PagesController(Controller):
         if user is None:
             return Redirect("/login")
         with connection():
-            context = {"user": user, "monitors": user_monitors(user), "conversations": user_conversations(user)}
+            monitors = user_monitors(user)
+            context = {"user": user, "monitors": monitors, "conversations": user_conversations(user),
+                       "awaiting": [m for m in monitors if m.status == AWAITING]}
         return Template("pages/monitors.html", context={**context, "csrf": csrf_token(request)})
 
     @get("/conversations/{conversation_id:int}", sync_to_thread=True)
@@ -90,6 +101,7 @@ class PagesController(Controller):
                        "messages": list(Message.select().where(Message.conversation == conversation)
                                         .order_by(Message.id)),
                        "monitors": monitors, "cards": trigger_cards(monitors),
+                       "commands": [m for m in monitors if (m.source or {}).get("type") == "command"],
                        "conversations": user_conversations(user)}
         return Template("pages/conversation.html", context={**context, "csrf": csrf_token(request)})
 

@@ -20,7 +20,9 @@ def _when(value: datetime | None) -> str:
 
 def _watching(monitor) -> str:
     source = monitor.source or {}
-    where = source.get("url", "")
+    if source.get("type") == "command":
+        return f"$ {source.get('command', '')} — on {source.get('device', '')} ({source.get('mode', 'poll')})"
+    where = source.get("url", "") or source.get("path", "") or ""
     if source.get("selector"):
         where += f" ({source['selector']})"
     return where

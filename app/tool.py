@@ -13,7 +13,8 @@ from litestar.params import Body
 from models import connection, utcnow
 from models.conversations import conversation_for
 from models.tool_actions import (
-    CreateContext, Prepared, ToolError, first_check, monitor_cancel, monitor_list, prepare_create, store_create,
+    WATCH_ACTIONS, CreateContext, Prepared, ToolError, first_check, monitor_cancel, monitor_list, prepare_create,
+    store_create, watch_list, watch_start, watch_stop,
 )
 from app.auth import token_user
 from app.capacity import Busy, create_gate
@@ -23,7 +24,7 @@ from app.settings import limits_from
 from tasks.events import publish_monitor
 from tasks.runtime import current
 
-ACTIONS = ("monitor_create", "monitor_list", "monitor_cancel")
+ACTIONS = ("monitor_create", "monitor_list", "monitor_cancel", *WATCH_ACTIONS)
 
 
 class ToolController(Controller):
@@ -64,6 +65,13 @@ def _call(request: Request, action: str, arguments: dict, context: dict) -> dict
                 return {"ok": True, "result": monitor_list(user, conversation)}
             if action == "monitor_cancel":
                 return _published(*monitor_cancel(user, conversation, arguments))
+            if action == "list":
+                return {"ok": True, "result": watch_list(user, conversation)}
+            if action == "stop":
+                return _published(*watch_stop(user, conversation, arguments))
+            if action == "start":
+                return _published(*watch_start(user, conversation, arguments, context.get("device"),
+                                               _create_context(), utcnow()))
             prepared = prepare_create(user, conversation, arguments, _create_context(), utcnow())
             return prepared if isinstance(prepared, Prepared) else _published(*prepared)
         except ToolError as exc:
@@ -106,7 +114,7 @@ def _parse_body(data: Any) -> tuple[str, dict, dict]:
     if not isinstance(context, dict) or not isinstance(context.get("conversation_id"), str) \
             or not context["conversation_id"].strip() or len(context["conversation_id"]) > 200:
         raise ValidationException("context.conversation_id is required: the runtime's own conversation id (at most 200 characters).")
-    for name in ("channel", "agent_id"):
+    for name in ("channel", "agent_id", "device"):
         if context.get(name) is not None and not isinstance(context[name], str):
             raise ValidationException(f"context.{name} must be a string.")
     if _holds_nul(data):

@@ -51,6 +51,12 @@ def run_check(io: SourceIO | Fetcher, source: SourceSpec, check: CheckSpec, prio
         body = read(source, io if isinstance(io, SourceIO) else SourceIO(io), placeholders)
     except FetchError as exc:
         return Outcome(ERROR, error=exc.message, unreachable=exc.unreachable)
+    return check_body(source, check, prior, body, max_text_bytes, now)
+
+
+def check_body(source: SourceSpec, check: CheckSpec, prior: Prior, body: bytes, max_text_bytes: int,
+               now: datetime | None = None) -> Outcome:
+    """The pipeline from the hash on, for a body read elsewhere (a command's result sent by its device)."""
     raw_hash = sha256_hex(body)
     if prior.state is not None and raw_hash == prior.raw_hash:
         return Outcome(QUIET, raw_hash=raw_hash, content_hash=prior.content_hash or "")

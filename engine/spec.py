@@ -82,6 +82,8 @@ def parse_create(arguments: object, limits: Limits,
         spec = _webhook_spec(spec, arguments, limits, notes)
     if spec.source.type == "approval":
         spec = _approval_spec(spec, arguments, notes)
+    if spec.source.type == "command" and spec.source.mode == "stream":
+        spec = _stream_spec(spec, arguments)
     if spec.check.value_path and spec.source.type == "page":
         raise SpecError("check.value_path reads JSON; on a page source leave it out and the first number in the text is read.")
     return spec, notes
@@ -118,6 +120,25 @@ def _approval_spec(spec: MonitorSpec, arguments: dict, notes: list[str]) -> Moni
         notes.append(f"An approval monitor takes no {' or '.join(ignored)}: the decision is the event, so "
                      f"{'it was' if len(ignored) == 1 else 'they were'} ignored.")
     return replace(spec, check=CheckSpec(type="every_call"), condition="", judge_model="", max_wakes=1)
+
+
+#: what may filter a stream's lines: a regex, or CEL over `line`
+STREAM_CHECKS = ("regex", "cel")
+
+
+def _stream_spec(spec: MonitorSpec, arguments: dict) -> MonitorSpec:
+    """Every printed line wakes unless a regex or a CEL condition over `line` filters them; no judge."""
+    if arguments.get("check") is None:
+        return replace(spec, check=CheckSpec(type="every_call"))
+    if spec.check.type not in STREAM_CHECKS:
+        raise SpecError("A stream's check filters its lines: use {\"type\": \"regex\", \"pattern\": …} or "
+                        "{\"type\": \"cel\", \"expr\": …} over line, or leave check out to wake on every line.")
+    if spec.check.type == "regex" and spec.check.when == "no_match":
+        raise SpecError("A stream's regex picks the lines that wake you, so when must be 'match'.")
+    if spec.condition or spec.judge_model:
+        raise SpecError("A stream's lines wake you without a judge model; filter them with a regex or CEL check "
+                        "instead of a condition.")
+    return spec
 
 
 _TEXT_PURPOSE = {"description": "a short sentence saying what this monitor waits for",

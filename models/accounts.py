@@ -43,9 +43,13 @@ def _decoy_hash() -> str:
     return hash_password("decoy password that matches nothing")
 
 
+def find_user(email: str) -> User | None:
+    return User.get_or_none(User.email == normalize_email(email))
+
+
 def create_token(email: str, label: str = "") -> str:
     """A new runtime token for the user; only its digest is stored, so show it once."""
-    user = User.get_or_none(User.email == normalize_email(email))
+    user = find_user(email)
     if user is None:
         raise AccountError(f"no user with email {email}; create one with `vigil user create`")
     token = new_token(TOKEN_PREFIX)

@@ -13,14 +13,15 @@ from models.claims import Claimed
 from models.compiled import Compiled
 from models.db import database, iso, utcnow
 from models.results import write_wake
+from models.runs import stop_runs
 from models.triggers import revoke
-from models.tables import ACTIVE, CANCELLED, EXPIRED, LIVE, PAUSED, Conversation, Monitor, User
+from models.tables import ACTIVE, AWAITING, CANCELLED, EXPIRED, NOT_ENDED, PAUSED, Conversation, Monitor, User
 
 #: status -> action -> new status
 TRANSITIONS = {
     "pause": {ACTIVE: PAUSED},
     "resume": {PAUSED: ACTIVE},
-    "cancel": {ACTIVE: CANCELLED, PAUSED: CANCELLED},
+    "cancel": {ACTIVE: CANCELLED, PAUSED: CANCELLED, AWAITING: CANCELLED},
 }
 
 
@@ -83,7 +84,17 @@ def change_status(user: User, monitor_id: str, action: str) -> Monitor:
         raise TransitionRefused("the monitor changed meanwhile; try again")
     if action == "cancel":
         revoke(monitor.id, utcnow())
+    if action in ("pause", "cancel"):
+        stop_runs(monitor.id)
+    elif _is_stream(monitor):
+        # a stream resumes as a new run of its watcher; models.commands builds on this module, hence the import
+        from models.commands import restart_stream
+        restart_stream(monitor.id, utcnow())
     return load_for_check(monitor.id)
+
+
+def _is_stream(monitor: Monitor) -> bool:
+    return (monitor.source or {}).get("type") == "command" and monitor.source.get("mode") == "stream"
 
 
 def expire_due(now: datetime, limit: int = 500) -> list[tuple[Monitor, object]]:
@@ -92,13 +103,15 @@ def expire_due(now: datetime, limit: int = 500) -> list[tuple[Monitor, object]]:
     Returns each expired monitor with the wake message written for it, if any.
     """
     expired = []
-    candidates = (Monitor.select().where(Monitor.status.in_(LIVE) & (Monitor.expires_at <= now))
+    candidates = (Monitor.select().where(Monitor.status.in_(NOT_ENDED) & (Monitor.expires_at <= now))
                   .limit(limit))
     for monitor in candidates:
         message = None
         with database.atomic():
             changed = (Monitor.update(status=EXPIRED, updated_at=now)
                        .where((Monitor.id == monitor.id) & (Monitor.status == monitor.status)).execute())
+            if changed:
+                stop_runs(monitor.id)
             if changed and monitor.fire_count == 0:
                 message = write_wake(monitor, "monitor_expired", "expired", expired_text(monitor.description), {})
         if changed:
@@ -111,7 +124,7 @@ def user_monitors(user: User, conversation: Conversation | None = None, live: bo
     if conversation is not None:
         query = query.where(Monitor.conversation == conversation)
     if live:
-        query = query.where(Monitor.status.in_(LIVE))
+        query = query.where(Monitor.status.in_(NOT_ENDED))
     return list(query.order_by(Monitor.created_at.desc()))
 
 

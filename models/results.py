@@ -12,6 +12,7 @@ from engine.wake import paused_text, wake_text
 from models.compiled import Compiled, with_id
 from models.conversations import append_message
 from models.db import database, iso, utcnow
+from models.runs import stop_runs
 from models.tables import ACTIVE, DONE, PAUSED, Monitor, MonitorRun, Wake
 
 #: a field's new value in _claimed_update: one more than it was
@@ -114,6 +115,8 @@ def pause_and_tell(monitor: Monitor, claim_seq: int, reason: str, now: datetime,
     fields = {**(extra_fields or {}), Monitor.status: PAUSED, Monitor.last_error: reason, Monitor.updated_at: now}
     if not _claimed_update(monitor, claim_seq, fields):
         return Recorded(False)
+    if (monitor.source or {}).get("type") == "command":
+        stop_runs(monitor.id)
     _NEW_RUN.rowcount(monitor.id, "paused", reason[:4000], utcnow())
     text = paused_text(monitor.description, reason)
     return Recorded(True, write_wake(monitor, "monitor_paused", f"paused:{claim_seq}", text, {"reason": reason}),

@@ -56,6 +56,10 @@ class Message(BaseModel):
 #: a monitor's statuses; live ones may still wake their conversation
 ACTIVE, PAUSED, DONE, CANCELLED, EXPIRED = "active", "paused", "done", "cancelled", "expired"
 LIVE = (ACTIVE, PAUSED)
+#: a command monitor on an `ask` device, until the owner approves the exact command (then active) or denies it
+AWAITING = "awaiting_approval"
+#: the statuses that have not ended
+NOT_ENDED = (*LIVE, AWAITING)
 
 
 class Monitor(BaseModel):
@@ -93,6 +97,8 @@ class Monitor(BaseModel):
     prev_checked_at = peewee.DateTimeField(null=True)
     #: false for monitors whose events arrive (trigger links): the scheduler never claims them
     polled = peewee.BooleanField(default=True)
+    #: a command monitor's device (m0008)
+    device_id = peewee.IntegerField(null=True, index=True)
 
     class Meta:
         table_name = "monitors"
@@ -213,5 +219,104 @@ class ApprovalRequest(BaseModel):
         table_name = "approval_requests"
 
 
+class Device(BaseModel):
+    """A machine the owner paired, where command monitors run; only its token's digest is stored."""
+    user = peewee.ForeignKeyField(User, backref="devices", on_delete="CASCADE", index=False)
+    name = peewee.CharField(max_length=100)
+    token_digest = peewee.CharField(max_length=64, unique=True)
+    #: ask: every command needs the owner's approval; full: commands arm at once
+    approval_mode = peewee.CharField(max_length=10, default="ask")
+    #: the owner's own patterns, on top of engine.denylist's defaults
+    denylist = JSONField(default=list)
+    hostname = peewee.CharField(max_length=200, default="")
+    runner_version = peewee.CharField(max_length=40, default="")
+    #: the runner session that polls; one live session per device
+    session_id = peewee.CharField(max_length=64, default="")
+    last_seen_at = peewee.DateTimeField(null=True)
+    #: as last published to the owner's pages (the scheduler marks devices offline)
+    online = peewee.BooleanField(default=False)
+    created_at = peewee.DateTimeField(default=utcnow)
+    revoked_at = peewee.DateTimeField(null=True)
+
+    class Meta:
+        table_name = "devices"
+        indexes = ((("user", "name"), True),)
+
+
+class PairingCode(BaseModel):
+    """A one-time code the owner hands to `vigil runner pair`; only its digest is stored."""
+    user = peewee.ForeignKeyField(User, on_delete="CASCADE")
+    name = peewee.CharField(max_length=100, default="")
+    code_digest = peewee.CharField(max_length=64, unique=True)
+    expires_at = peewee.DateTimeField()
+    used_at = peewee.DateTimeField(null=True)
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "pairing_codes"
+
+
+class CommandRun(BaseModel):
+    """One dispatch of a command monitor to its device: a polled run, or a stream watcher's whole life."""
+    id = peewee.CharField(max_length=32, primary_key=True)
+    device = peewee.ForeignKeyField(Device, backref="runs", on_delete="CASCADE", index=False)
+    monitor = peewee.ForeignKeyField(Monitor, backref="command_runs", on_delete="CASCADE", index=False)
+    kind = peewee.CharField(max_length=10)
+    #: as it runs: placeholders filled in
+    command = peewee.TextField()
+    cwd = peewee.CharField(max_length=1000, null=True)
+    timeout = peewee.IntegerField(null=True)
+    #: pending (not started yet), running, stopping (a stop order is out), done, expired
+    status = peewee.CharField(max_length=20, default="pending")
+    claim_seq = peewee.IntegerField(default=0)
+    #: the highest record seq stored without a gap
+    acked_seq = peewee.IntegerField(default=0)
+    exit_code = peewee.IntegerField(null=True)
+    end_reason = peewee.CharField(max_length=20, default="")
+    created_at = peewee.DateTimeField(default=utcnow)
+    started_at = peewee.DateTimeField(null=True)
+    finished_at = peewee.DateTimeField(null=True)
+    #: a polled run not answered by then is unreachable
+    deadline_at = peewee.DateTimeField(null=True)
+    #: a polled run's result, until the worker has checked it (processed_at)
+    output = peewee.TextField(null=True)
+    timed_out = peewee.BooleanField(default=False)
+    processed_at = peewee.DateTimeField(null=True)
+
+    class Meta:
+        table_name = "command_runs"
+        indexes = ((("device", "status"), False), (("monitor", "status"), False))
+
+
+class RunRecord(BaseModel):
+    """A numbered record of a run, stored once, in the same transaction as its wake."""
+    run = peewee.ForeignKeyField(CommandRun, backref="records", on_delete="CASCADE", index=False)
+    seq = peewee.IntegerField()
+    kind = peewee.CharField(max_length=20)
+    lines = peewee.IntegerField(default=0)
+    received_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "run_records"
+        indexes = ((("run", "seq"), True),)
+
+
+class CommandApproval(BaseModel):
+    """The owner's approval of one exact call: the device, the command as written, the cwd, the mode."""
+    monitor = peewee.ForeignKeyField(Monitor, unique=True, backref="command_approvals", on_delete="CASCADE")
+    device = peewee.ForeignKeyField(Device, on_delete="CASCADE")
+    command = peewee.TextField()
+    cwd = peewee.CharField(max_length=1000, null=True)
+    mode = peewee.CharField(max_length=10)
+    #: approved, denied, or None while it waits
+    decision = peewee.CharField(max_length=10, null=True)
+    decided_at = peewee.DateTimeField(null=True)
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "command_approvals"
+
+
 ALL_TABLES = [User, ApiToken, Conversation, Message, Monitor, MonitorRun, Wake, JudgeModel, TokenUsage,
-              TriggerLink, Delivery, AuditEvent, ApprovalRequest]
+              TriggerLink, Delivery, AuditEvent, ApprovalRequest, Device, PairingCode, CommandRun, RunRecord,
+              CommandApproval]

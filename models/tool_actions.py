@@ -21,12 +21,13 @@ from engine.spec import Limits, MonitorSpec, SpecError, channel_refusal, parse_c
 from models.db import iso, utcnow
 from models.judging import DEFAULT_MODEL, JudgePolicy, resolve_model
 from models.approvals import create_request
+from models.commands import CommandRefused, create_command_monitor, resolve_device
 from models.triggers import create_link
 from models.monitors import (
     CANCELLED, MonitorNotFound, TransitionRefused, change_status, create_event_monitor, create_monitor,
     user_monitors,
 )
-from models.tables import Conversation, User
+from models.tables import AWAITING, Conversation, Device, User
 
 
 class ToolError(ValueError):
@@ -81,6 +82,8 @@ def prepare_create(user: User, conversation: Conversation, arguments: object, ct
         return _create_trigger(user, conversation, spec, notes, ctx, now)
     if spec.source.type == "approval":
         return _create_approval(user, conversation, spec, notes, ctx, now)
+    if spec.source.type == "command":
+        return _create_command(user, conversation, spec, notes, ctx, now)
     return Prepared(user.id, conversation.id, spec, notes)
 
 
@@ -145,6 +148,30 @@ def _create_approval(user: User, conversation: Conversation, spec, notes: list[s
     }
 
 
+def _create_command(user: User, conversation: Conversation, spec, notes: list[str], ctx: CreateContext,
+                    now: datetime):
+    """A command on one of the owner's devices: armed at once on a `full` device, else waiting for the owner
+    to approve this exact command; the agent gets the approval page's link to hand over, never a way to decide."""
+    try:
+        spec, device = resolve_device(user, spec)
+    except CommandRefused as exc:
+        raise ToolError(str(exc)) from None
+    monitor = create_command_monitor(user, conversation, spec, device, now)
+    result = {"monitor_id": monitor.id, "status": monitor.status, "device": device.name,
+              "command": spec.source.command, "mode": spec.source.mode, "expires_at": iso(monitor.expires_at),
+              "notes": notes}
+    if monitor.status == AWAITING:
+        result["approve_url"] = f"{ctx.app_url}/commands/{monitor.id}"
+        notes.append(f"The device {device.name!r} asks its owner to approve each command: nothing runs until the "
+                     "user approves this exact command on the conversation page or at approve_url. Tell the user, "
+                     "and give them the link.")
+    elif spec.source.mode == "stream":
+        notes.append("The watcher is starting on the device; each line it prints wakes you.")
+    else:
+        notes.append("The first run on the device is the baseline; it never wakes you.")
+    return monitor, result
+
+
 def _already_holds(check, state: dict) -> bool:
     if check.type == "status":
         return state.get("state") in {canonical(value) for value in check.values or ()}
@@ -187,3 +214,59 @@ def _listed(monitor) -> dict:
             "source": monitor.source, "check": monitor.check, "interval_seconds": monitor.interval_seconds,
             "last_checked_at": iso(monitor.last_checked_at), "wakes_left": monitor.wakes_left,
             "expires_at": iso(monitor.expires_at), "last_error": monitor.last_error or None}
+
+
+#: seed 002's call shape: a watcher in the calling conversation
+WATCH_ACTIONS = ("start", "stop", "list")
+WATCH_PREFIX = "mon_"
+
+
+def watch_start(user: User, conversation: Conversation, arguments: object, context_device: str | None,
+                ctx: CreateContext, now: datetime):
+    """action=start: a stream monitor over `command`, labelled `description`. Returns (monitor, result)."""
+    if not isinstance(arguments, dict):
+        raise ToolError("start needs arguments: command (the watcher) and description (its label).")
+    unknown = sorted(set(arguments) - {"command", "description", "device"})
+    if unknown:
+        raise ToolError(f"Unknown argument '{unknown[0]}'; start takes command, description and device.")
+    device = arguments.get("device") or context_device or _only_device(user)
+    source = {"type": "command", "device": device, "command": arguments.get("command"), "mode": "stream"}
+    monitor, result = prepare_create(user, conversation, {"description": arguments.get("description"),
+                                                          "source": source}, ctx, now)
+    watch_id = WATCH_PREFIX + monitor.id
+    if monitor.status == AWAITING:
+        message = (f"Monitor {watch_id} is waiting: the user must approve running this command on "
+                   f"{result['device']!r} first ({result['approve_url']}). Nothing runs until then. Stop it with "
+                   f"action=stop, id={watch_id}.")
+    else:
+        message = (f"Started monitor {watch_id}: watching \"{monitor.description}\". Stop it with action=stop, "
+                   f"id={watch_id}.")
+    return monitor, {**result, "id": watch_id, "message": message}
+
+
+def _only_device(user: User) -> str:
+    names = [d.name for d in Device.select(Device.name).where((Device.user == user) & Device.revoked_at.is_null())]
+    if len(names) == 1:
+        return names[0]
+    if not names:
+        raise ToolError("No device is paired with this account yet; ask the user to pair one in Settings → Devices "
+                        "(or run `vigil runner pair` on it), then try again.")
+    raise ToolError(f"The user has several devices ({', '.join(repr(n) for n in sorted(names))}); say which one "
+                    "with device.")
+
+
+def watch_stop(user: User, conversation: Conversation, arguments: object):
+    """action=stop: cancel one of this conversation's watches. Returns (monitor, result)."""
+    watch_id = arguments.get("id") if isinstance(arguments, dict) else None
+    if not isinstance(watch_id, str) or not watch_id:
+        raise ToolError("stop needs id: the mon_… id that start returned (or see action=list).")
+    monitor, result = monitor_cancel(user, conversation, {"monitor_id": watch_id.removeprefix(WATCH_PREFIX)})
+    return monitor, {**result, "id": WATCH_PREFIX + monitor.id, "message": f"Stopped monitor {WATCH_PREFIX}{monitor.id}."}
+
+
+def watch_list(user: User, conversation: Conversation) -> dict:
+    """action=list: this conversation's watches that have not ended."""
+    watches = [m for m in user_monitors(user, conversation, live=True)
+               if (m.source or {}).get("type") == "command" and m.source.get("mode") == "stream"]
+    return {"watches": [{"id": WATCH_PREFIX + m.id, "description": m.description, "command": m.source["command"],
+                         "device": m.source["device"], "status": m.status} for m in watches]}

@@ -63,9 +63,10 @@ def setup_broker(settings: Settings, bus=None, broker: dramatiq.Broker | None = 
     broker.add_middleware(DatabaseConnection())
     dramatiq.set_broker(broker)
     from tasks.checks import ACTORS as CHECK_ACTORS
+    from tasks.commands import ACTORS as COMMAND_ACTORS
     from tasks.deliveries import ACTORS as DELIVERY_ACTORS
 
-    for actor in CHECK_ACTORS + DELIVERY_ACTORS:  # rebinds them when a process (a test run) builds a second broker
+    for actor in CHECK_ACTORS + DELIVERY_ACTORS + COMMAND_ACTORS:  # rebinds them when a process (a test run) builds a second broker
         actor.broker = broker
         broker.declare_actor(actor)
     return broker

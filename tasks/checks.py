@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import dramatiq
 
-from engine.pipeline import FIRED, QUIET, Outcome, Prior, run_check
+from engine.pipeline import ERROR, FIRED, QUIET, Outcome, Prior, run_check
 from engine.placeholders import values as placeholder_values
 from engine.spec import check_from_record, source_from_record
 from models import utcnow
 from models.claims import Claimed, load_claimed
+from models.commands import dispatch_poll
 from models.judging import judge_match
 from models.monitors import load_for_check
 from models.tables import ACTIVE, Monitor
 from models.results import Recorded, pause_and_tell, record_check, record_judge_failure
-from tasks.events import publish_monitor, publish_quiet
+from tasks.events import publish_monitor, publish_quiet, publish_work
 from tasks.runtime import Runtime, current
 
 #: Monitors per message: one query and one round of events for the lot, fetched one after another.
@@ -41,6 +42,8 @@ def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded, Mo
     """Fetch, compare, judge a match if the monitor has a condition, and record it. Beyond a quiet check, the
     monitor as recorded (the write is applied to it, so its events need no read back)."""
     now = utcnow()
+    if monitor.source.get("type") == "command":
+        return dispatch_command(runtime, monitor, now)
     prior = Prior(monitor.raw_hash, monitor.content_hash, monitor.state if monitor.state_json else None)
     filled = placeholder_values(now, monitor.prev_checked_at, monitor.last_changed_at)
     outcome = run_check(runtime.source_io(), source_from_record(monitor.source), check_from_record(monitor.check),
@@ -61,6 +64,24 @@ def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded, Mo
         return outcome, record_judge_failure(full, monitor.claim_seq, step.failure, now), full
     return step.outcome, record_check(full, monitor.claim_seq, step.outcome, now, runtime.lifecycle,
                                       unchecked=step.unchecked), full
+
+
+def dispatch_command(runtime: Runtime, monitor: Claimed, now) -> tuple[Outcome, Recorded, Monitor | None]:
+    """A polled command runs on its device: queue the run and wake the device's poll. Its result comes back
+    later, to tasks/commands.py. An offline device is an unreachable (skipped) check; a revoked device or a
+    refused command pauses the monitor."""
+    full = load_for_check(monitor.id)
+    if full is None or full.claim_seq != monitor.claim_seq or full.status != ACTIVE:
+        return Outcome(QUIET), Recorded(False), None
+    dispatch = dispatch_poll(full, monitor.claim_seq, now, runtime.presence)
+    if dispatch.paused is not None:
+        return Outcome(ERROR), dispatch.paused, full
+    if dispatch.unreachable:
+        outcome = Outcome(ERROR, error=dispatch.unreachable, unreachable=True)
+        return outcome, record_check(full, monitor.claim_seq, outcome, now, runtime.lifecycle), full
+    if dispatch.run is not None:
+        publish_work(full.user_id, [dispatch.run.device_id])
+    return Outcome(QUIET), Recorded(False), None
 
 
 ACTORS = [check_monitors]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from models.conversations import is_watching, message_json
+from models.db import utcnow
 from models.monitors import event_payload
 from tasks.runtime import current
 
@@ -18,7 +19,37 @@ def publish_monitor(monitor, woke=None, *, status_before: str | None = None) -> 
                        {"conversation_id": conversation, "watching": is_watching(monitor.conversation_id)}))
     if woke is not None:
         events.append((monitor.user_id, "message.created", {"conversation_id": conversation, **message_json(woke)}))
+    device_id = (monitor.source or {}).get("device_id") if (monitor.source or {}).get("type") == "command" else None
+    if device_id:
+        events.append(work_event(monitor.user_id, device_id))
     current().bus.publish_many(events)
+
+
+def publish_wakes(monitor, messages: list) -> None:
+    """message.created for each wake written (a stream's records), then the monitor's own events."""
+    conversation = monitor.conversation.external_id
+    events = [(monitor.user_id, "message.created", {"conversation_id": conversation, **message_json(m)})
+              for m in messages if m is not None]
+    if events:
+        current().bus.publish_many(events)
+
+
+def work_event(user_id: int, device_id: int) -> tuple[int, str, dict]:
+    """The hint that wakes a device's long-poll: there is work, or a stop order (the poll reads which)."""
+    return (user_id, "device.work", {"device_id": device_id})
+
+
+def publish_work(user_id: int, device_ids: list[int]) -> None:
+    if device_ids:
+        current().bus.publish_many([work_event(user_id, device_id) for device_id in device_ids])
+
+
+def publish_device(device) -> None:
+    """device.updated, for Settings → Devices: online or offline, last seen, what it runs."""
+    from models.devices import device_json
+
+    runtime = current()
+    current().bus.publish(device.user_id, "device.updated", device_json(device, utcnow(), runtime.presence))
 
 
 def publish_quiet(monitors: list) -> None:

@@ -11,6 +11,7 @@ from engine.crypto import Keyring
 from engine.http import FetchPolicy, Fetcher
 from engine.judge import JudgeModel
 from engine.sources import SourceIO, SourcePolicy
+from models.devices import Presence
 from models.judging import DEFAULT_MODEL, JudgePolicy
 from models.results import Lifecycle
 from vigil.events import LocalBus, RedisBus, make_bus
@@ -32,6 +33,8 @@ class Runtime:
                                    autopause_failures=settings.SCHEDULE_AUTOPAUSE_FAILURES,
                                    max_wakes_per_hour=settings.MONITOR_MAX_WAKES_PER_HOUR)
         self.limiter = LinkLimiter(settings.REDIS_URL)
+        self.presence = Presence(online_seconds=settings.DEVICE_ONLINE_SECONDS,
+                                 offline_seconds=settings.DEVICE_OFFLINE_SECONDS)
         self.judge_policy = JudgePolicy(keyring=self.keyring, fallback=default_judge(settings),
                                         failures_limit=settings.SCHEDULE_AUTOPAUSE_FAILURES,
                                         token_budget=settings.MONITOR_JUDGE_TOKEN_BUDGET)

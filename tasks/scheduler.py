@@ -12,12 +12,19 @@ from datetime import datetime, timedelta
 
 from models import connection, utcnow
 from models.claims import claim_due, release
-from models.monitors import expire_due
+from engine.pipeline import ERROR, Outcome
+from models.commands import expire_runs, unchecked_results
+from models.devices import mark_offline
+from models.monitors import expire_due, load_for_check
+from models.results import record_check
+from models.tables import ACTIVE
 from models.triggers import unprocessed
 from tasks.broker import UNAVAILABLE
 from tasks.checks import BATCH_SIZE, check_monitors
 from tasks.deliveries import process_delivery
-from tasks.events import publish_monitor
+from tasks.commands import check_command_result
+from tasks.events import publish_device, publish_monitor
+from tasks.runtime import current
 from vigil.logs import first_line
 
 log = logging.getLogger(__name__)
@@ -27,6 +34,7 @@ def tick(now: datetime, batch_size: int) -> int:
     """One pass: end expired monitors, claim due ones, enqueue a check for each. Returns how many."""
     for monitor, message in expire_due(now):
         publish_monitor(monitor, message)
+    devices_tick(now)
     claimed = claim_due(now, batch_size)
     for start in range(0, len(claimed), BATCH_SIZE):
         try:
@@ -37,12 +45,30 @@ def tick(now: datetime, batch_size: int) -> int:
     return len(claimed)
 
 
+def devices_tick(now: datetime) -> None:
+    """Polled commands no device answered in time are unreachable checks; quiet devices go offline."""
+    runtime = current()
+    for run in expire_runs(now):
+        monitor = load_for_check(run.monitor_id)
+        if monitor is None or monitor.status != ACTIVE:
+            continue
+        outcome = Outcome(ERROR, error="Its device did not send the command's result in time.", unreachable=True)
+        recorded = record_check(monitor, monitor.claim_seq, outcome, now, runtime.lifecycle)
+        if recorded.written:
+            publish_monitor(monitor, recorded.woke, status_before=ACTIVE)
+    for device in mark_offline(now, runtime.presence):
+        publish_device(device)
+
+
 def sweep(now: datetime, older_than_seconds: int) -> int:
-    """Queue again the stored deliveries nobody processed (their message was lost); returns how many."""
+    """Queue again the stored deliveries and command results nobody processed (their message was lost)."""
     stale = unprocessed(now - timedelta(seconds=older_than_seconds))
     for delivery_id in stale:
         process_delivery.send(delivery_id)
-    return len(stale)
+    results = unchecked_results(now - timedelta(seconds=older_than_seconds))
+    for run_id in results:
+        check_command_result.send(run_id)
+    return len(stale) + len(results)
 
 
 def run(tick_seconds: float, batch_size: int, stop: threading.Event, sweep_seconds: int = 30) -> None:

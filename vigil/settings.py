@@ -138,6 +138,15 @@ class Settings:
     DATABASE_MAX_CONNECTIONS: int = 32
     """PostgreSQL connections one process may open (its pool); keep it above WEB_THREADS + WEB_PUBLIC_THREADS.
     Default 32."""
+    DEVICE_ONLINE_SECONDS: int = 60
+    """A paired device counts as online while its runner polled within this long. Default 60."""
+    DEVICE_OFFLINE_SECONDS: int = 90
+    """A device whose runner has not polled for this long is offline: its polled commands are unreachable,
+    and a second runner may take over its token. Default 90."""
+    RUNNER_POLL_SECONDS: int = 25
+    """Longest a runner's long-poll is held waiting for work (under common 30 s proxy idle timeouts). Default 25."""
+    LOCAL_RUNNER: bool = False
+    """vigil serve also runs a runner in-process, paired as device "local" of the first account. Default false."""
     SESSION_COOKIE_SECURE: bool = False
     """Send the session cookie over HTTPS only; turn on behind TLS. Default false."""
     LOG_LEVEL: str = "INFO"

@@ -95,6 +95,11 @@ def evaluate(check: CheckSpec, content: Content, previous: dict, now=None) -> Ve
                    fact=content.digest[:16], state={"holds": result, "data": stored_data(data)})
 
 
+def decide(expr: str, variables: dict) -> bool:
+    """The condition's value over `variables`, in the helper process under its deadline; raises ContentError."""
+    return _runner.decide(expr, variables)
+
+
 def decide_here(expr: str, variables: dict) -> bool:
     """The condition's value, in this process: what the runner's child process calls."""
     result = run(expr, variables)

@@ -10,15 +10,15 @@ from urllib.parse import urlsplit
 from engine import placeholders
 from engine.content import Content
 from engine.errors import SpecError
-from engine.sources import approval, feed, file, json_source, metric, page, webhook
+from engine.sources import approval, command, feed, file, json_source, metric, page, webhook
 from engine.sources.base import SourceIO, SourcePolicy, SourceSpec
 
 #: source type -> the module that reads and normalizes it
 KINDS = {"page": page, "json": json_source, "feed": feed, "file": file, "metric": metric, "webhook": webhook,
-         "approval": approval}
+         "approval": approval, "command": command}
 SOURCE_TYPES = tuple(KINDS)
 #: the fields read() fills placeholders in; the url's values are percent-encoded
-PLACEHOLDER_FIELDS = ("url", "path")
+PLACEHOLDER_FIELDS = ("url", "path", "command")
 
 __all__ = ["KINDS", "SOURCE_TYPES", "SourceIO", "SourcePolicy", "SourceSpec", "fill_placeholders", "normalize",
            "parse_source", "read"]
@@ -85,7 +85,7 @@ def _check_placeholders(raw: dict) -> list[str]:
             found.append(name)
     for name in found:
         if name not in PLACEHOLDER_FIELDS:
-            raise SpecError(f"Placeholders are filled in source.url and source.path only; "
+            raise SpecError(f"Placeholders are filled in source.url, source.path and source.command only; "
                             f"take them out of source.{name}.")
         if name == "url" and placeholders.has_placeholders(urlsplit(raw[name].strip()).netloc):
             raise SpecError("A placeholder may sit in the url's path or query, not in its host.")

@@ -25,6 +25,13 @@ class SourceSpec:
     details: str | None = None
     options: tuple[str, ...] | None = None
     allow_comment: bool | None = None
+    device: str | None = None
+    command: str | None = None
+    cwd: str | None = None
+    timeout: int | None = None
+    mode: str | None = None
+    #: a command source's device, resolved from `device` when the monitor is created (not an argument)
+    device_id: int | None = None
 
 
 @dataclass(frozen=True)

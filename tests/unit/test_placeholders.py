@@ -93,7 +93,7 @@ def test_unknown_placeholder_is_refused_naming_it(field, value):
 
 
 def test_known_placeholder_outside_url_and_path_is_refused():
-    with pytest.raises(SpecError, match="source.url and source.path only; take them out of source.selector"):
+    with pytest.raises(SpecError, match="source.url, source.path and source.command only; take them out of source.selector"):
         parse_source({"type": "page", "url": "https://x.example.com/", "selector": "#d-{{now}}"})
 
 

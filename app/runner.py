@@ -1,0 +1,232 @@
+"""/api/runner/…: what a paired device's `vigil runner` calls (docs/runner.md). Outbound from the device only:
+pairing, the long-poll for assignments and stop orders, numbered records of streams, results of polled runs.
+
+The long-poll is async: while it waits it holds no thread and no database connection, only a subscription to
+its owner's events (a `device.work` hint), with a short look at the database every few seconds in case a hint
+was lost. Everything a runner sends lands in PostgreSQL, so any web process may take any call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from litestar import Controller, Request, Response, get, post
+from litestar.concurrency import sync_to_thread
+from litestar.exceptions import ClientException, NotAuthorizedException, ValidationException
+from litestar.params import FromPath, FromQuery, JSONBody
+
+from app.auth import bearer_token
+from engine.sources.command import MAX_TIMEOUT_SECONDS
+from models import connection, utcnow
+from models.commands import MAX_RECORDS_PER_POST, RecordRefused, store_records, store_result, work_for
+from models.devices import AnotherRunner, PairingError, check_in, device_for_token, pair
+from models.monitors import load_for_check
+from tasks.broker import UNAVAILABLE
+from tasks.commands import check_command_result
+from tasks.events import publish_device, publish_monitor, publish_wakes, publish_work
+from tasks.runtime import current
+
+#: a record's JSON may be at most this large (a line is cut at 16 KiB on the device)
+MAX_RECORD_BYTES = 64 * 1024
+RECORD_KINDS = ("started", "lines", "notice", "exit")
+END_REASONS = ("exited", "stopped", "flood", "interrupted", "refused")
+#: how often a held poll looks at the database itself (a lost hint costs at most this much delay)
+RECHECK_SECONDS = 5.0
+UNPAIRED = ("This device is not paired with Vigil (its token was revoked or is unknown); pair it again with "
+            "`vigil runner pair`.")
+
+
+ANOTHER_RUNNER = ("Another runner is already connected with this device's token; stop it first (or wait 90 s after "
+                  "it stopped), or pair this machine as a device of its own.")
+
+
+def _answer(body: dict, status: int = 200) -> Response:
+    return Response(body, status_code=status, headers={"Cache-Control": "no-store"})
+
+
+class RunnerController(Controller):
+    path = "/api/runner"
+
+    @post("/pair", status_code=201)
+    async def pair_device(self, data: JSONBody[Any]) -> Response:
+        if not isinstance(data, dict) or not isinstance(data.get("code"), str):
+            raise ValidationException("Send {\"code\": \"…\"}: the pairing code from Settings → Devices.")
+        fields = {name: data.get(name) if isinstance(data.get(name), str) else ""
+                  for name in ("name", "hostname", "version")}
+        return await sync_to_thread(_pair, data["code"], fields)
+
+    @get("/poll")
+    async def poll(self, request: Request, wait: FromQuery[int] = 25) -> Response:
+        device_id, user_id = await sync_to_thread(_check_in, request)
+        hold = min(max(wait, 0), current().settings.RUNNER_POLL_SECONDS)
+        work = await sync_to_thread(_work, device_id)
+        if _has(work) or hold == 0:
+            return _answer(work)
+        return _answer(await _wait_for_work(device_id, user_id, hold))
+
+    @post("/runs/{run_id:str}/records", status_code=200)
+    async def records(self, request: Request, run_id: FromPath[str], data: JSONBody[Any]) -> Response:
+        records = _checked_records(data)
+        return await sync_to_thread(_store_records, request, run_id, records)
+
+    @post("/runs/{run_id:str}/result", status_code=200)
+    async def result(self, request: Request, run_id: FromPath[str], data: JSONBody[Any]) -> Response:
+        exit_code, output, timed_out = _checked_result(data)
+        return await sync_to_thread(_store_result, request, run_id, exit_code, output, timed_out)
+
+
+def _pair(code: str, fields: dict) -> Response:
+    with connection():
+        try:
+            device, token = pair(code, fields["name"], fields["hostname"], fields["version"], utcnow())
+        except PairingError as exc:
+            return _answer({"detail": str(exc)}, 400)
+    publish_device(device)
+    return _answer({"device_id": device.id, "name": device.name, "token": token}, 201)
+
+
+def _device(request: Request):
+    device = device_for_token(bearer_token(request))
+    if device is None:
+        raise NotAuthorizedException(UNPAIRED)
+    return device
+
+
+def _check_in(request: Request) -> tuple[int, int]:
+    session = request.headers.get("x-vigil-session", "").strip()
+    if not session or len(session) > 64:
+        raise ValidationException("Send X-Vigil-Session: the runner's session id (from its state directory).")
+    with connection():
+        device = _device(request)
+        try:
+            came_online = check_in(device, session, request.headers.get("x-vigil-runner-version", ""), utcnow(),
+                                   current().presence)
+        except AnotherRunner:
+            raise ClientException(status_code=409, detail=ANOTHER_RUNNER) from None
+    if came_online:
+        with connection():
+            publish_device(device)
+    return device.id, device.user_id
+
+
+def _work(device_id: int) -> dict:
+    from models.tables import Device
+
+    with connection():
+        assignments, stops = work_for(Device(id=device_id))
+    settings = current().settings
+    for assignment in assignments:
+        assignment["max_output_bytes"] = settings.FETCH_MAX_TEXT_BYTES
+        assignment["timeout"] = assignment["timeout"] or MAX_TIMEOUT_SECONDS
+    return {"assignments": assignments, "stops": stops}
+
+
+def _has(work: dict) -> bool:
+    return bool(work["assignments"] or work["stops"])
+
+
+async def _wait_for_work(device_id: int, user_id: int, hold: float) -> dict:
+    """Hold the poll until a hint for this device (or a look at the database) finds work, or `hold` runs out."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + hold
+    async with current().bus.subscribe(user_id) as queue:
+        work = await sync_to_thread(_work, device_id)  # what arrived before the subscription is not missed
+        while not _has(work) and (left := deadline - loop.time()) > 0:
+            try:
+                name, data = await asyncio.wait_for(queue.get(), min(left, RECHECK_SECONDS))
+                if name != "device.work" or data.get("device_id") != device_id:
+                    continue
+            except asyncio.TimeoutError:
+                pass
+            work = await sync_to_thread(_work, device_id)
+    return work
+
+
+def _checked_records(data: Any) -> list[dict]:
+    if not isinstance(data, dict) or not isinstance(data.get("records"), list) or not data["records"]:
+        raise ValidationException("Send {\"records\": [{\"seq\", \"kind\", …}, …]}.")
+    if len(data["records"]) > MAX_RECORDS_PER_POST:
+        raise ValidationException(f"At most {MAX_RECORDS_PER_POST} records a request.")
+    return [_checked_record(record) for record in data["records"]]
+
+
+def _checked_record(record: Any) -> dict:
+    if not isinstance(record, dict):
+        raise ValidationException("Each record is an object with seq and kind.")
+    if len(json.dumps(record, ensure_ascii=False).encode()) > MAX_RECORD_BYTES:
+        raise RecordTooLarge()
+    seq, kind = record.get("seq"), record.get("kind")
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1 or kind not in RECORD_KINDS:
+        raise ValidationException(f"A record needs seq (a whole number from 1) and kind ({', '.join(RECORD_KINDS)}).")
+    if kind == "lines":
+        lines = record.get("lines")
+        if not isinstance(lines, list) or not lines or not all(isinstance(line, str) for line in lines):
+            raise ValidationException("A lines record carries lines: a non-empty list of strings.")
+        return {"seq": seq, "kind": kind, "lines": [_text(line) for line in lines]}
+    if kind == "notice":
+        if not isinstance(record.get("text"), str):
+            raise ValidationException("A notice record carries text.")
+        return {"seq": seq, "kind": kind, "text": _text(record["text"])}
+    if kind == "exit":
+        code, reason = record.get("code"), record.get("reason", "exited")
+        if (code is not None and (isinstance(code, bool) or not isinstance(code, int))) or reason not in END_REASONS:
+            raise ValidationException(f"An exit record carries code (a whole number or null) and reason "
+                                      f"({', '.join(END_REASONS)}).")
+        return {"seq": seq, "kind": kind, "code": code, "reason": reason}
+    return {"seq": seq, "kind": kind}
+
+
+def _text(text: str) -> str:
+    """PostgreSQL text can't hold NUL; a command may print one."""
+    return text.replace("\x00", "\ufffd")
+
+
+class RecordTooLarge(ValidationException):
+    status_code = 413
+
+    def __init__(self) -> None:
+        super().__init__(f"A record is over {MAX_RECORD_BYTES} bytes; lines are cut at 16 KiB on the device.")
+
+
+def _store_records(request: Request, run_id: str, records: list[dict]) -> Response:
+    runtime = current()
+    with connection():
+        device = _device(request)
+        try:
+            stored = store_records(device, run_id, records, utcnow(), runtime.lifecycle)
+        except RecordRefused as exc:
+            return _answer({"detail": str(exc)}, exc.status)
+        if stored.monitor is not None and (stored.woke or stored.monitor.status != "active"):
+            publish_wakes(stored.monitor, stored.woke)
+            publish_monitor(load_for_check(stored.monitor.id))
+        publish_work(device.user_id, stored.stopped_devices)
+    return _answer({"acked": stored.acked})
+
+
+def _store_result(request: Request, run_id: str, exit_code, output: str, timed_out: bool) -> Response:
+    limit = current().settings.FETCH_MAX_TEXT_BYTES
+    with connection():
+        device = _device(request)
+        try:
+            fresh = store_result(device, run_id, exit_code, _text(output.encode()[:limit].decode(errors="ignore")),
+                                 timed_out, utcnow())
+        except RecordRefused as exc:
+            return _answer({"detail": str(exc)}, exc.status)
+    if fresh:
+        try:
+            check_command_result.send(run_id)
+        except UNAVAILABLE:
+            pass  # stored: the scheduler's sweep queues it once Redis is back
+    return _answer({"ok": True})
+
+
+def _checked_result(data: Any) -> tuple[int | None, str, bool]:
+    if not isinstance(data, dict):
+        raise ValidationException("Send {\"exit_code\", \"output\", \"timed_out\"}.")
+    code, output, timed_out = data.get("exit_code"), data.get("output", ""), data.get("timed_out", False)
+    if (code is not None and (isinstance(code, bool) or not isinstance(code, int))) or not isinstance(output, str) \
+            or not isinstance(timed_out, bool):
+        raise ValidationException("exit_code is a whole number or null, output text, timed_out true or false.")
+    return code, output, timed_out

@@ -1,0 +1,380 @@
+"""Command monitors: arming them (the owner's approval), dispatching runs to devices, stopping them, and what
+comes back: a polled run's result, a stream's numbered records, each stored once with its wake."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from engine.denylist import refused_by
+from engine.placeholders import fill, values as placeholder_values
+from engine.spec import MonitorSpec, check_from_record
+from engine.streams import ending_text, lines_text, notice_text, waking_lines
+from engine.wake import clean_found, paused_text
+from models.db import database, utcnow
+from models.devices import Presence, find_device, is_online
+from models.monitors import create_event_monitor, load_for_check
+from models.results import Lifecycle, pause_and_tell, wakes_in_last_hour, write_wake
+from models.runs import PENDING, RUNNING, STOPPING, UNFINISHED, stop_runs  # noqa: F401  (stop_runs: callers' one import)
+from models.tables import (
+    ACTIVE, AWAITING, CANCELLED, DONE, PAUSED, AuditEvent, CommandApproval, CommandRun, Conversation, Device, Monitor,
+    RunRecord, User,
+)
+
+FINISHED, EXPIRED_RUN = "done", "expired"
+#: seconds a polled run may take beyond its timeout (the poll's round trip) before it counts as unanswered
+POLL_SLACK_SECONDS = 30
+MAX_RECORDS_PER_POST = 200
+
+
+class CommandRefused(ValueError):
+    """A command monitor that can't be created or armed; str() is the sentence for the model or the owner."""
+
+
+class RecordRefused(ValueError):
+    """Records a runner may not send; `status` is the HTTP answer."""
+
+    def __init__(self, message: str, status: int = 400):
+        super().__init__(message)
+        self.status = status
+
+
+def resolve_device(user: User, spec: MonitorSpec) -> tuple[MonitorSpec, Device]:
+    """The spec bound to one of the user's live devices; the denylist checked on the command as written."""
+    wanted = spec.source.device
+    device = find_device(user, wanted)
+    if device is None:
+        names = [d.name for d in Device.select(Device.name).where((Device.user == user) & Device.revoked_at.is_null())]
+        if not names:
+            raise CommandRefused("No device is paired with this account yet; ask the user to pair one in Settings → "
+                                 "Devices (or run `vigil runner pair` on it), then try again.")
+        raise CommandRefused(f"There is no device named {wanted!r}; the user's devices are "
+                             f"{', '.join(repr(n) for n in names)}.")
+    refuse_if_denied(device, spec.source.command)
+    return replace(spec, source=replace(spec.source, device_id=device.id)), device
+
+
+def refuse_if_denied(device: Device, command: str) -> None:
+    pattern = refused_by(command, device.denylist or [])
+    if pattern:
+        raise CommandRefused(f"The device {device.name!r} refuses this command: it matches the denylist pattern "
+                             f"{pattern!r}. Don't try to get around it; tell the user.")
+
+
+def create_command_monitor(user: User, conversation: Conversation, spec: MonitorSpec, device: Device,
+                           now: datetime) -> Monitor:
+    """Awaiting the owner's approval on an `ask` device; armed at once on a `full` one."""
+    polled = spec.source.mode == "poll"
+    monitor = create_event_monitor(user, conversation, spec, now)
+    # a polled command has no baseline yet: its first result is the baseline, and never wakes
+    Monitor.update(polled=polled, check_state=None, device_id=device.id).where(Monitor.id == monitor.id).execute()
+    monitor.polled, monitor.check_state, monitor.device_id = polled, None, device.id
+    if device.approval_mode == "full":
+        arm(monitor, device, now, decision="full")
+    else:
+        CommandApproval.create(monitor=monitor, device=device, command=spec.source.command, cwd=spec.source.cwd,
+                               mode=spec.source.mode, created_at=now)
+        _set_status(monitor, ACTIVE, AWAITING)
+    return load_for_check(monitor.id)
+
+
+def arm(monitor: Monitor, device: Device, now: datetime, decision: str) -> None:
+    """Start checking: a polled command is due at once (its first result is the baseline); a stream starts."""
+    _audit(monitor, device, monitor.source, decision)
+    if monitor.polled:
+        Monitor.update(status=ACTIVE, next_check_at=now, updated_at=now).where(Monitor.id == monitor.id).execute()
+        monitor.status = ACTIVE
+        return
+    Monitor.update(status=ACTIVE, updated_at=now).where(Monitor.id == monitor.id).execute()
+    monitor.status = ACTIVE
+    start_stream(monitor, device, now)
+
+
+def decide_command(user: User, monitor_id: str, approve: bool, now: datetime) -> tuple[Monitor, object]:
+    """The owner's decision on an awaiting command: approved arms it; denied cancels it and tells the agent
+    once. Returns (monitor, the wake written, if any)."""
+    with database.atomic():
+        approval = (CommandApproval.select().join(Monitor)
+                    .where((CommandApproval.monitor == monitor_id) & (Monitor.user == user)).first())
+        monitor = load_for_check(monitor_id) if approval else None
+        if monitor is None or monitor.status != AWAITING or approval.decision is not None:
+            raise CommandRefused("This command is not waiting for approval any more.")
+        device = Device.get_or_none((Device.id == approval.device_id) & Device.revoked_at.is_null())
+        if device is None:
+            raise CommandRefused("The device of this command was revoked; nothing can run there.")
+        if not _bound(approval, monitor.source):
+            raise CommandRefused("The command changed since it was asked for; it can't be approved.")
+        CommandApproval.update(decision="approved" if approve else "denied", decided_at=now) \
+            .where(CommandApproval.id == approval.id).execute()
+        if approve:
+            arm(monitor, device, now, decision="approved")
+            return load_for_check(monitor_id), None
+        _audit(monitor, device, monitor.source, "denied")
+        _set_status(monitor, AWAITING, CANCELLED)
+        text = (f"The user denied running the command of \"{monitor.description}\" on the device "
+                f"{device.name!r}; the monitor was cancelled. Don't run it another way; ask the user what to do.")
+        woke = write_wake(monitor, "command_denied", "denied", text, {"device": device.name})
+        return load_for_check(monitor_id), woke
+
+
+def _bound(approval: CommandApproval, source: dict) -> bool:
+    """The approval covers exactly this call: device, command as written, cwd and mode."""
+    return (approval.device_id == source.get("device_id") and approval.command == source.get("command")
+            and approval.cwd == source.get("cwd") and approval.mode == source.get("mode"))
+
+
+def approval_for(monitor_id: str) -> CommandApproval | None:
+    return CommandApproval.get_or_none(CommandApproval.monitor == monitor_id)
+
+
+def start_stream(monitor: Monitor, device: Device, now: datetime) -> CommandRun | None:
+    """A run for the stream's watcher; the denylist is checked again on the command as it will run."""
+    command = filled_command(monitor, now)
+    pattern = refused_by(command, device.denylist or [])
+    if pattern:
+        pause_and_tell(monitor, monitor.claim_seq, f"The device {device.name!r} refused the command: it matches the "
+                       f"denylist pattern {pattern!r}.", now)
+        return None
+    return CommandRun.create(id=uuid.uuid4().hex, device=device, monitor=monitor.id, kind="stream", command=command,
+                             cwd=monitor.source.get("cwd"), status=PENDING, claim_seq=monitor.claim_seq,
+                             created_at=now)
+
+
+def restart_stream(monitor_id: str, now: datetime) -> CommandRun | None:
+    """A resumed stream: its watcher starts again, as a new run, on its device if that is still paired."""
+    monitor = load_for_check(monitor_id)
+    device = Device.get_or_none((Device.id == monitor.source.get("device_id")) & Device.revoked_at.is_null())
+    if device is None:
+        pause_and_tell(monitor, monitor.claim_seq, "Its device was revoked or removed, so its watcher can't run.", now)
+        return None
+    return start_stream(monitor, device, now)
+
+
+def filled_command(monitor: Monitor, now: datetime) -> str:
+    """The command as it runs now; {{last_checked_at}} is the check before this one (the claim moved it)."""
+    return fill(monitor.source["command"], placeholder_values(now, monitor.prev_checked_at, monitor.last_changed_at))
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """What a polled command's check did: queued a run for the device, or recorded why not (paused, offline)."""
+    run: CommandRun | None = None
+    paused: object = None
+    unreachable: str = ""
+
+
+def dispatch_poll(monitor: Monitor, claim_seq: int, now: datetime, presence: Presence) -> Dispatch:
+    """A claimed check of a polled command: a run for its device, unless the device is revoked, refuses the
+    command (both pause the monitor), is offline (unreachable), or still runs the last one."""
+    device = Device.get_or_none(Device.id == monitor.source.get("device_id"))
+    if device is None or device.revoked_at is not None:
+        return Dispatch(paused=pause_and_tell(monitor, claim_seq, "Its device was revoked or removed, so its "
+                                              "command can't run any more.", now))
+    command = filled_command(monitor, now)
+    pattern = refused_by(command, device.denylist or [])
+    if pattern:
+        return Dispatch(paused=pause_and_tell(monitor, claim_seq, f"The device {device.name!r} refused the command: "
+                                              f"it matches the denylist pattern {pattern!r}.", now))
+    if not is_online(device, now, presence):
+        return Dispatch(unreachable=f"The device {device.name!r} is offline (its runner is not connected).")
+    if CommandRun.select().where((CommandRun.monitor == monitor.id) & CommandRun.status.in_(UNFINISHED)).exists():
+        return Dispatch()
+    timeout = monitor.source.get("timeout") or 30
+    run = CommandRun.create(id=uuid.uuid4().hex, device=device, monitor=monitor.id, kind="poll", command=command,
+                            cwd=monitor.source.get("cwd"), timeout=timeout, status=PENDING, claim_seq=claim_seq,
+                            created_at=now, deadline_at=now + timedelta(seconds=timeout + POLL_SLACK_SECONDS))
+    return Dispatch(run=run)
+
+
+def work_for(device: Device) -> tuple[list[dict], list[str]]:
+    """The device's assignments (runs not started yet) and stop orders."""
+    runs = list(CommandRun.select().where((CommandRun.device == device) & CommandRun.status.in_((PENDING, STOPPING)))
+                .order_by(CommandRun.created_at).limit(100))
+    assignments = [{"run_id": r.id, "kind": r.kind, "command": r.command, "cwd": r.cwd,
+                    "timeout": r.timeout, "max_output_bytes": None} for r in runs if r.status == PENDING]
+    return assignments, [r.id for r in runs if r.status == STOPPING]
+
+
+@dataclass
+class Stored:
+    """What one POST of records did: the ack, the wakes written, whether the monitor changed."""
+    acked: int
+    woke: list = field(default_factory=list)
+    monitor: Monitor | None = None
+    stopped_devices: list[int] = field(default_factory=list)
+
+
+def store_records(device: Device, run_id: str, records: list[dict], now: datetime, life: Lifecycle) -> Stored:
+    """Each (run, seq) stored once, in order, in one transaction with its wakes; the highest contiguous seq."""
+    with database.atomic():
+        run = _locked_run(device, run_id)
+        monitor = load_for_check(run.monitor_id)
+        stored = Stored(acked=run.acked_seq, monitor=monitor)
+        for record in sorted(records, key=lambda r: r["seq"]):
+            if record["seq"] <= stored.acked:
+                continue  # a resend of what is stored already
+            if record["seq"] > stored.acked + 1:
+                break  # a gap: the runner resends from the ack
+            if run.end_reason:
+                raise RecordRefused(f"Run {run_id} has ended; it takes no record after its exit.", 409)
+            _store_one(run, monitor, record, now, life, stored)
+            stored.acked = record["seq"]
+        CommandRun.update(acked_seq=stored.acked, status=run.status, started_at=run.started_at,
+                          finished_at=run.finished_at, exit_code=run.exit_code, end_reason=run.end_reason) \
+            .where(CommandRun.id == run.id).execute()
+    return stored
+
+
+def _locked_run(device: Device, run_id: str) -> CommandRun:
+    query = CommandRun.select().where((CommandRun.id == run_id) & (CommandRun.device == device))
+    if database.for_update:
+        query = query.for_update()  # two requests (two web processes) with the same records: one at a time
+    run = query.first()
+    if run is None:
+        raise RecordRefused(f"There is no run {run_id} of this device.", 404)
+    if run.kind != "stream":
+        raise RecordRefused(f"Run {run_id} is a polled run; send its result, not records.", 409)
+    return run
+
+
+def _store_one(run: CommandRun, monitor: Monitor, record: dict, now: datetime, life: Lifecycle,
+               stored: Stored) -> None:
+    kind = record["kind"]
+    lines = record.get("lines") or []
+    RunRecord.create(run=run.id, seq=record["seq"], kind=kind, lines=len(lines), received_at=now)
+    if kind == "started":
+        run.started_at = run.started_at or now
+        run.status = RUNNING if run.status == PENDING else run.status
+        return
+    if kind == "exit":
+        _end_run(run, monitor, record, now, stored)
+        return
+    live = monitor is not None and monitor.status == ACTIVE and run.status != STOPPING
+    if not live:
+        return  # the owner stopped it meanwhile: stored (so the runner moves on), not woken
+    if kind == "lines":
+        picked = waking_lines(check_from_record(monitor.check), lines)
+        text = lines_text(monitor.description, picked) if picked else ""
+    else:
+        text = notice_text(monitor.description, str(record.get("text", "")))
+    if text:
+        _wake(run, monitor, record["seq"], text, now, life, stored, {"lines": len(picked) if kind == "lines" else 0})
+
+
+def _wake(run: CommandRun, monitor: Monitor, seq: int, text: str, now: datetime, life: Lifecycle, stored: Stored,
+          extra: dict) -> None:
+    """One wake per record that wakes; past MONITOR_MAX_WAKES_PER_HOUR the watch pauses and says so."""
+    if wakes_in_last_hour(monitor.id, now) >= life.max_wakes_per_hour:
+        reason = (f"Its watcher would have woken you more than {life.max_wakes_per_hour} times in an hour, so it "
+                  f"was stopped; the latest output was: {clean_found(text)[:500]}")
+        recorded = pause_and_tell(monitor, monitor.claim_seq, reason, now)
+        stored.woke.append(recorded.woke)
+        run.status = STOPPING
+        stored.stopped_devices.append(run.device_id)
+        return
+    stored.woke.append(write_wake(monitor, "command", f"run:{run.id}:{seq}", text,
+                                  {"run_id": run.id, "seq": seq, **extra}))
+
+
+def _end_run(run: CommandRun, monitor: Monitor, record: dict, now: datetime, stored: Stored) -> None:
+    """The exit record: the run is over; a watch that ended by itself says so once, and is done."""
+    reason = record.get("reason") or "exited"
+    code = record.get("code")
+    was_stopped = run.status == STOPPING
+    run.status, run.finished_at, run.exit_code, run.end_reason = FINISHED, now, code, reason
+    _audit_finished(run, monitor, code, reason)
+    if monitor is None or monitor.status != ACTIVE or was_stopped or reason == "stopped":
+        return
+    if Monitor.update(status=DONE, updated_at=now).where((Monitor.id == monitor.id) & (Monitor.status == ACTIVE)) \
+            .execute() == 1:
+        monitor.status = DONE
+    stored.woke.append(write_wake(monitor, "command", f"run:{run.id}:end", ending_text(monitor.description, reason,
+                                                                                       code),
+                                  {"run_id": run.id, "exit_code": code, "reason": reason}))
+
+
+def store_result(device: Device, run_id: str, exit_code: int | None, output: str, timed_out: bool,
+                 now: datetime) -> bool:
+    """A polled run's result, kept until the worker checks it; False when it was stored already."""
+    run = CommandRun.get_or_none((CommandRun.id == run_id) & (CommandRun.device == device))
+    if run is None:
+        raise RecordRefused(f"There is no run {run_id} of this device.", 404)
+    if run.kind != "poll":
+        raise RecordRefused(f"Run {run_id} is a stream; send records, not a result.", 409)
+    changed = CommandRun.update(status=FINISHED, exit_code=exit_code, output=output, timed_out=timed_out,
+                                started_at=run.started_at or now, finished_at=now,
+                                end_reason="timed_out" if timed_out else "exited") \
+        .where((CommandRun.id == run_id) & CommandRun.status.in_(UNFINISHED)).execute()
+    if changed:
+        _audit_finished(run, None, exit_code, "timed_out" if timed_out else "exited")
+    return bool(changed)
+
+
+def take_result(run_id: str) -> CommandRun | None:
+    """A finished polled run not checked yet, marked checked (in the caller's transaction)."""
+    run = CommandRun.get_or_none((CommandRun.id == run_id) & CommandRun.processed_at.is_null()
+                                 & (CommandRun.status == FINISHED))
+    if run is None:
+        return None
+    if CommandRun.update(processed_at=utcnow()).where((CommandRun.id == run_id)
+                                                      & CommandRun.processed_at.is_null()).execute() != 1:
+        return None
+    return run
+
+
+def unchecked_results(older_than: datetime) -> list[str]:
+    """Results whose check message was lost (queued again by the scheduler's sweep)."""
+    return [r.id for r in CommandRun.select(CommandRun.id).where(
+        (CommandRun.kind == "poll") & (CommandRun.status == FINISHED) & CommandRun.processed_at.is_null()
+        & (CommandRun.finished_at < older_than)).limit(500)]
+
+
+def expire_runs(now: datetime) -> list[CommandRun]:
+    """Polled runs no device answered in time: expired, each to be recorded as an unreachable check."""
+    late = list(CommandRun.select().where((CommandRun.kind == "poll") & CommandRun.status.in_(UNFINISHED)
+                                          & (CommandRun.deadline_at < now)).limit(500))
+    ended = []
+    for run in late:
+        if CommandRun.update(status=EXPIRED_RUN, finished_at=now, end_reason="unanswered", processed_at=now) \
+                .where((CommandRun.id == run.id) & CommandRun.status.in_(UNFINISHED)).execute() == 1:
+            ended.append(run)
+    return ended
+
+
+def pause_device_monitors(device: Device, reason: str, now: datetime) -> list[tuple[Monitor, object]]:
+    """A revoked device's monitors pause and tell their agents; returns each with its wake."""
+    paused = []
+    for row in Monitor.select(Monitor.id).where((Monitor.device_id == device.id)
+                                                & Monitor.status.in_((ACTIVE, AWAITING))):
+        monitor = load_for_check(row.id)
+        if monitor.status == AWAITING:
+            _set_status(monitor, AWAITING, PAUSED)
+            woke = write_wake(monitor, "monitor_paused", f"paused:{monitor.claim_seq}",
+                              paused_text(monitor.description, reason), {"reason": reason})
+        else:
+            woke = pause_and_tell(monitor, monitor.claim_seq, reason, now).woke
+        paused.append((load_for_check(monitor.id), woke))
+    return paused
+
+
+def _set_status(monitor: Monitor, before: str, after: str) -> None:
+    Monitor.update(status=after, updated_at=utcnow()).where((Monitor.id == monitor.id) & (Monitor.status == before)) \
+        .execute()
+    monitor.status = after
+
+
+def _audit(monitor: Monitor, device: Device, source: dict, decision: str) -> None:
+    detail = {"device": device.name, "device_id": device.id, "command": source.get("command"),
+              "cwd": source.get("cwd"), "mode": source.get("mode"), "decision": decision}
+    AuditEvent.create(user=monitor.user_id, action="command.armed", monitor=monitor.id,
+                      detail=json.dumps(detail, ensure_ascii=False))
+
+
+def _audit_finished(run: CommandRun, monitor: Monitor | None, code: int | None, reason: str) -> None:
+    detail = {"device_id": run.device_id, "run_id": run.id, "command": run.command, "mode": run.kind,
+              "exit_code": code, "reason": reason}
+    user = monitor.user_id if monitor is not None else Monitor.get_by_id(run.monitor_id).user_id
+    AuditEvent.create(user=user, action="command.finished", monitor=run.monitor_id,
+                      detail=json.dumps(detail, ensure_ascii=False))
