@@ -107,6 +107,8 @@ def _parse_body(data: Any) -> tuple[str, dict, dict]:
     if not isinstance(data, dict):
         raise ValidationException("The body must be a JSON object with action, arguments and context.")
     action, arguments, context = data.get("action"), data.get("arguments", {}), data.get("context")
+    if action in WATCH_ACTIONS and "arguments" not in data:  # seed 002's flat form: monitor(action, command, …)
+        arguments = {name: data[name] for name in ("command", "description", "device", "id") if name in data}
     if action not in ACTIONS:
         raise ValidationException(f"action must be one of {', '.join(ACTIONS)}.")
     if not isinstance(arguments, dict):

@@ -6,7 +6,9 @@ import json
 
 import pytest
 
-from models.tables import Conversation, Monitor, MonitorRun
+from models import utcnow
+from models.devices import add_device
+from models.tables import Conversation, Device, Monitor, MonitorRun
 from tests.integration.helpers import db, tool
 from tool_schema import load
 
@@ -193,6 +195,9 @@ def test_schema_examples_are_accepted(client, owner, pages):
     pages.set("/releases.xml", "<?xml version='1.0'?><rss version='2.0'><channel><title>r</title>"
               "<item><title>v1.0</title><link>https://example.com/v1.0</link><guid>v1.0</guid></item>"
               "</channel></rss>", "application/rss+xml")
+    with db():  # the command examples run on a paired device named laptop, one that needs no approval
+        device, _ = add_device(owner[0], "laptop", utcnow())
+        Device.update(approval_mode="full").where(Device.id == device.id).execute()
     for example in load()["examples"]:
         arguments = json.loads(json.dumps(example["arguments"]).replace("{base}", pages.base))
         body = tool(client, owner[1], example["action"], arguments).json()
