@@ -83,7 +83,7 @@ def _pair(code: str, fields: dict) -> Response:
             device, token = pair(code, fields["name"], fields["hostname"], fields["version"], utcnow())
         except PairingError as exc:
             return _answer({"detail": str(exc)}, 400)
-    publish_device(device)
+        publish_device(device)
     return _answer({"device_id": device.id, "name": device.name, "token": token}, 201)
 
 
@@ -118,8 +118,9 @@ def _work(device_id: int) -> dict:
         assignments, stops = work_for(Device(id=device_id))
     settings = current().settings
     for assignment in assignments:
-        assignment["max_output_bytes"] = settings.FETCH_MAX_TEXT_BYTES
-        assignment["timeout"] = assignment["timeout"] or MAX_TIMEOUT_SECONDS
+        if assignment["kind"] == "poll":  # a stream runs until it exits or is stopped
+            assignment["max_output_bytes"] = settings.FETCH_MAX_TEXT_BYTES
+            assignment["timeout"] = assignment["timeout"] or MAX_TIMEOUT_SECONDS
     return {"assignments": assignments, "stops": stops}
 
 

@@ -32,10 +32,12 @@ class Content:
     is_json: bool = False
     #: for a feed: one dict per entry, each with a string "key" (plus title, link, summary, published)
     items: tuple[dict, ...] | None = None
+    #: what the digest covers when the text alone doesn't say everything (a command's exit code)
+    fingerprint: str = ""
 
     @property
     def digest(self) -> str:
-        return sha256_hex(self.text.encode("utf-8"))
+        return sha256_hex((self.fingerprint or self.text).encode("utf-8"))
 
 
 def sha256_hex(body: bytes) -> str:

@@ -192,8 +192,12 @@ def work_for(device: Device) -> tuple[list[dict], list[str]]:
     """The device's assignments (runs not started yet) and stop orders."""
     runs = list(CommandRun.select().where((CommandRun.device == device) & CommandRun.status.in_((PENDING, STOPPING)))
                 .order_by(CommandRun.created_at).limit(100))
+    pending = [r for r in runs if r.status == PENDING]
+    unsent = [r.id for r in pending if r.sent_at is None]
+    if unsent:
+        CommandRun.update(sent_at=utcnow()).where(CommandRun.id.in_(unsent) & CommandRun.sent_at.is_null()).execute()
     assignments = [{"run_id": r.id, "kind": r.kind, "command": r.command, "cwd": r.cwd,
-                    "timeout": r.timeout, "max_output_bytes": None} for r in runs if r.status == PENDING]
+                    "timeout": r.timeout, "max_output_bytes": None} for r in pending]
     return assignments, [r.id for r in runs if r.status == STOPPING]
 
 

@@ -274,6 +274,8 @@ class CommandRun(BaseModel):
     exit_code = peewee.IntegerField(null=True)
     end_reason = peewee.CharField(max_length=20, default="")
     created_at = peewee.DateTimeField(default=utcnow)
+    #: first handed to the device's runner
+    sent_at = peewee.DateTimeField(null=True)
     started_at = peewee.DateTimeField(null=True)
     finished_at = peewee.DateTimeField(null=True)
     #: a polled run not answered by then is unreachable

@@ -15,6 +15,7 @@ from models.claims import claim_due, release
 from engine.pipeline import ERROR, Outcome
 from models.commands import expire_runs, unchecked_results
 from models.devices import mark_offline
+from models.runs import end_forgotten_stops
 from models.monitors import expire_due, load_for_check
 from models.results import record_check
 from models.tables import ACTIVE
@@ -58,6 +59,7 @@ def devices_tick(now: datetime) -> None:
             publish_monitor(monitor, recorded.woke, status_before=ACTIVE)
     for device in mark_offline(now, runtime.presence):
         publish_device(device)
+    end_forgotten_stops(now)
 
 
 def sweep(now: datetime, older_than_seconds: int) -> int:

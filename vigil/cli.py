@@ -1,4 +1,4 @@
-"""The `vigil` command: serve (all-in-one), web, worker, scheduler, migrate, user, token."""
+"""The `vigil` command: serve (all-in-one), web, worker, scheduler, migrate, user, token, runner."""
 
 from __future__ import annotations
 
@@ -10,6 +10,11 @@ from vigil.settings import Settings, SettingsError
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["runner"]:  # the device side: no server settings, standard library only
+        from runner.cli import main as runner_main
+
+        return runner_main(argv[1:])
     args = _parser().parse_args(argv)
     try:
         settings = Settings.from_env()
@@ -37,6 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     worker.set_defaults(run=_worker)
     commands.add_parser("scheduler", help="the loop that enqueues due checks").set_defaults(run=_scheduler)
     commands.add_parser("migrate", help="create or update the schema").set_defaults(run=_migrate)
+    commands.add_parser("runner", help="on a paired device: `vigil runner pair …`, then `vigil runner` (see "
+                        "docs/runner.md)", add_help=False)
     user = commands.add_parser("user", help="owner accounts").add_subparsers(required=True, metavar="ACTION")
     create = user.add_parser("create", help="create an owner account")
     create.add_argument("email")
@@ -47,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--user", required=True, dest="email")
     create.add_argument("--label", default="")
     create.set_defaults(run=_token_create)
+    device = commands.add_parser("device", help="paired devices").add_subparsers(required=True, metavar="ACTION")
+    code = device.add_parser("pair-code", help="a one-time code (10 minutes) for `vigil runner pair`")
+    code.add_argument("--user", required=True, dest="email")
+    code.add_argument("--name", default="")
+    code.set_defaults(run=_pair_code)
     return parser
 
 
@@ -121,6 +133,26 @@ def _token_create(settings: Settings, args) -> int:
         return 1
     print("Runtime token (shown once; send it as Authorization: Bearer <token>):")
     print(token)
+    return 0
+
+
+def _pair_code(settings: Settings, args) -> int:
+    from models import utcnow
+    from models.accounts import AccountError, find_user
+    from models.devices import create_pairing_code
+
+    def make(email: str, name: str) -> str:
+        user = find_user(email)
+        if user is None:
+            raise AccountError(f"no user with email {email}; create one with `vigil user create`")
+        return create_pairing_code(user, name, utcnow())
+
+    code = _account_command(settings, make, args.email, args.name)
+    if code is None:
+        return 1
+    print("On the device, within 10 minutes (the code works once):")
+    print(f"  vigil runner pair --server <this Vigil's address> --code {code}")
+    print(code)
     return 0
 
 

@@ -88,5 +88,6 @@ def normalize(spec: SourceSpec, body: bytes, max_text_bytes: int) -> Content:
     except (ValueError, KeyError, TypeError):
         raise ContentError("the device sent a result Vigil can't read") from None
     text = cut_text(output, max_text_bytes)
-    return Content(text=text if text.strip() else "(no output)", data={"exit_code": exit_code, "output": text},
-                   is_json=True)
+    data = {"exit_code": exit_code, "output": text}
+    return Content(text=text if text.strip() else "(no output)", data=data, is_json=True,
+                   fingerprint=json.dumps(data, sort_keys=True, ensure_ascii=False))

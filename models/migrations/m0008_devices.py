@@ -65,6 +65,7 @@ def up(db: peewee.Database) -> None:
         exit_code = peewee.IntegerField(null=True)
         end_reason = peewee.CharField(max_length=20, default="")
         created_at = peewee.DateTimeField()
+        sent_at = peewee.DateTimeField(null=True)
         started_at = peewee.DateTimeField(null=True)
         finished_at = peewee.DateTimeField(null=True)
         deadline_at = peewee.DateTimeField(null=True)

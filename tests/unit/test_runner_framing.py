@@ -1,0 +1,172 @@
+import json
+
+from runner.framing import (BATCH_MAX_BYTES, FLOOD_MAX_LINES, LINE_MAX_BYTES, LineFramer, cut_utf8, fit_json,
+                            json_size)
+
+
+def lines_of(frames):
+    return [line for frame in frames for line in frame.record["lines"]]
+
+
+def test_framer_strips_newlines_and_crlf():
+    framer = LineFramer()
+    frames = framer.feed(b"one\r\ntwo\nthree\r\n\n", now=0.0) + framer.close(now=0.0)
+    assert lines_of(frames) == ["one", "two", "three", ""]
+
+
+def test_framer_keeps_a_lone_carriage_return_inside_a_line():
+    framer = LineFramer()
+    assert lines_of(framer.feed(b"50%\r100%\n", 0.0) + framer.close(0.0)) == ["50%\r100%"]
+
+
+def test_framer_joins_a_line_split_across_chunks():
+    framer = LineFramer()
+    frames = framer.feed(b"hel", 0.0) + framer.feed(b"lo\r", 0.01) + framer.feed(b"\nworld\n", 0.02)
+    assert lines_of(frames + framer.close(0.02)) == ["hello", "world"]
+
+
+def test_framer_delivers_the_partial_last_line_at_close():
+    framer = LineFramer()
+    assert framer.feed(b"first\nno newline", 0.0) == []
+    frames = framer.close(0.05)
+    assert lines_of(frames) == ["first", "no newline"]
+    assert frames[-1].end == len(b"first\nno newline")
+
+
+def test_framer_decodes_invalid_utf8_with_replacement():
+    framer = LineFramer()
+    assert lines_of(framer.feed(b"caf\xc3\xa9 \xff!\n", 0.0) + framer.close(0.0)) == ["caf\u00e9 \ufffd!"]
+
+
+def test_framer_cuts_a_run_of_16_kib_without_newline():
+    framer = LineFramer()
+    frames = framer.feed(b"x" * (2 * LINE_MAX_BYTES + 10), 0.0)
+    frames += framer.close(0.0)
+    assert [len(line) for line in lines_of(frames)] == [LINE_MAX_BYTES, LINE_MAX_BYTES, 10]
+    assert framer.seen == 3
+
+
+def test_framer_keeps_a_line_of_exactly_16_kib_whole():
+    framer = LineFramer()
+    frames = framer.feed(b"y" * LINE_MAX_BYTES + b"\nz\n", 0.0) + framer.close(0.0)
+    assert [len(line) for line in lines_of(frames)] == [LINE_MAX_BYTES, 1]
+
+
+def test_framer_cut_does_not_split_a_utf8_character():
+    framer = LineFramer()
+    euro = "\u20ac".encode()  # 3 bytes; 16384 is not a multiple of 3
+    frames = framer.feed(euro * 6000 + b"\n", 0.0) + framer.close(0.0)
+    lines = lines_of(frames)
+    assert "".join(lines) == "\u20ac" * 6000
+    assert "\ufffd" not in "".join(lines)
+    assert len(lines[0].encode()) <= LINE_MAX_BYTES
+
+
+def test_framer_cut_lines_count_toward_the_flood_guard():
+    framer = LineFramer(seen=FLOOD_MAX_LINES - 1)
+    frames = framer.feed(b"z" * (3 * LINE_MAX_BYTES), 0.0)
+    assert framer.flooded
+    assert len(lines_of(frames)) == 1
+
+
+def test_framer_batches_lines_within_200_ms():
+    framer = LineFramer()
+    assert framer.feed(b"a\n", 0.0) == []
+    assert framer.feed(b"b\n", 0.15) == []
+    assert framer.tick(0.30) == []
+    frames = framer.tick(0.35)
+    assert [frame.record for frame in frames] == [{"kind": "lines", "lines": ["a", "b"]}]
+    assert framer.deadline() is None
+
+
+def test_framer_starts_a_new_batch_after_a_200_ms_gap():
+    framer = LineFramer()
+    framer.feed(b"a\n", 0.0)
+    frames = framer.feed(b"b\n", 0.25)
+    assert lines_of(frames) == ["a"]
+    assert lines_of(framer.close(0.3)) == ["b"]
+
+
+def test_framer_closes_a_batch_one_second_old():
+    framer = LineFramer()
+    frames = []
+    for step in range(8):  # a line every 150 ms: never a 200 ms gap
+        frames += framer.feed(b"tick\n", step * 0.15)
+    assert [frame.count for frame in frames] == [7]
+    assert framer.deadline() == 7 * 0.15 + 0.2
+
+
+def test_framer_closes_a_batch_of_100_lines():
+    framer = LineFramer()
+    frames = framer.feed(b"".join(b"%d\n" % n for n in range(250)), 0.0)
+    assert [frame.count for frame in frames] == [100, 100]
+    assert [frame.count for frame in framer.close(0.0)] == [50]
+
+
+def test_framer_closes_a_batch_at_48_kib():
+    framer = LineFramer()
+    line = b"w" * 10_000 + b"\n"
+    frames = framer.feed(line * 6, 0.0) + framer.close(0.0)
+    assert [frame.count for frame in frames] == [4, 2]
+    for frame in frames:
+        assert len(json.dumps(frame.record["lines"], ensure_ascii=False).encode()) <= BATCH_MAX_BYTES
+
+
+def test_framer_frames_carry_the_offset_past_their_last_line():
+    framer = LineFramer(offset=100)
+    frames = framer.feed(b"ab\ncd\nef", 0.0)
+    frames += framer.tick(1.0)
+    assert frames[-1].end == 100 + len(b"ab\ncd\n")
+    assert framer.offset == 106
+    assert framer.close(1.0)[-1].end == 108
+
+
+def test_framer_floods_on_line_5001_not_5000():
+    framer = LineFramer()
+    frames = framer.feed(b"line\n" * FLOOD_MAX_LINES, 0.0) + framer.close(0.0)
+    assert sum(frame.count for frame in frames) == FLOOD_MAX_LINES
+    assert not framer.flooded
+
+    framer = LineFramer()
+    frames = framer.feed(b"line\n" * (FLOOD_MAX_LINES + 1) + b"more\n", 0.0)
+    assert framer.flooded
+    assert sum(frame.count for frame in frames) == FLOOD_MAX_LINES
+    assert framer.feed(b"after\n", 0.1) == [] and framer.close(0.2) == []
+
+
+def test_framer_flood_counts_lines_from_before_a_restart():
+    framer = LineFramer(seen=FLOOD_MAX_LINES - 2)
+    frames = framer.feed(b"a\nb\nc\n", 0.0)
+    assert framer.flooded
+    assert lines_of(frames) == ["a", "b"]
+
+
+def test_framer_reports_dropped_lines_once():
+    framer = LineFramer()
+    frames = framer.feed(b"1\n2\n3\n", 0.0) + framer.close(0.0)
+    framer.drop(frames[0])
+    assert framer.dropped_notice() == {"kind": "notice", "text": "dropped 3 lines", "dropped": 3}
+    assert framer.dropped_notice() is None
+
+
+def test_framer_dropped_notice_counts_one_line_singular():
+    framer = LineFramer(dropped=1)
+    assert framer.dropped_notice()["text"] == "dropped 1 line"
+
+
+def test_framer_fits_a_line_of_control_characters_under_the_record_size():
+    framer = LineFramer()
+    frames = framer.feed(b"\x01" * (LINE_MAX_BYTES + 1), 0.0) + framer.close(0.0)
+    assert json_size(frames[0].record["lines"][0]) <= BATCH_MAX_BYTES
+    assert len(json.dumps(frames[0].record, ensure_ascii=False).encode()) < 64 * 1024
+
+
+def test_fit_json_keeps_text_that_fits():
+    assert fit_json("short", 100) == "short"
+    assert json_size(fit_json("\x00" * 1000, 600)) <= 600
+
+
+def test_cut_utf8_stops_before_a_split_character():
+    assert cut_utf8("a\u20ac".encode(), 3) == "a"
+    assert cut_utf8(b"abcdef", 4) == "abcd"
+    assert cut_utf8(b"\xff\xfe", 10) == "\ufffd\ufffd"
