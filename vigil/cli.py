@@ -36,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
         command.add_argument("--host", default="127.0.0.1")
         command.add_argument("--port", type=int, default=8000)
         command.set_defaults(run=run)
+        if name == "serve":
+            command.add_argument("--local-runner", action="store_true",
+                                 help="also run a runner in this process: device 'local' of the first account")
     worker = commands.add_parser("worker", help="Dramatiq worker processes")
     worker.add_argument("--processes", type=int, default=2)
     worker.add_argument("--threads", type=int, default=8)
@@ -171,8 +174,12 @@ def _account_command(settings: Settings, operation, *args):
 
 
 def _serve(settings: Settings, args) -> int:
+    from dataclasses import replace
+
     from vigil.embedded import serve
 
+    if args.local_runner:
+        settings = replace(settings, LOCAL_RUNNER=True)
     _database(settings, migrate=True)
     return serve(settings, args.host, args.port)
 

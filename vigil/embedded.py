@@ -63,6 +63,10 @@ def serve(settings: Settings, host: str, port: int) -> int:
     worker = Worker(broker, worker_threads=settings.WORKER_THREADS, worker_timeout=100)
     worker.start()
     stop = start_scheduler(settings)
+    if settings.LOCAL_RUNNER:
+        from vigil.local_runner import start_local_runner
+
+        start_local_runner(settings, host, port, stop)
     _greet(settings, host, port)
     try:
         return run_web(settings, host, port)
@@ -84,4 +88,8 @@ def _greet(settings: Settings, host: str, port: int) -> None:
                   "  .venv/bin/vigil user create you@example.com --password 'choose-a-password'",
                   f"  then sign in at http://{host}:{port}/login",
                   "  .venv/bin/vigil token create --user you@example.com   # a runtime token for your agent"]
+    if settings.LOCAL_RUNNER:
+        lines.append("Local runner on: command monitors of device 'local' (the first account's) run on this machine; "
+                     "each command waits for your approval on its conversation page unless you set the device to "
+                     "full in Settings → Devices.")
     print("\n".join(lines), flush=True)

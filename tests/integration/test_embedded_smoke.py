@@ -109,3 +109,46 @@ def test_embedded_trigger_link_wakes_once_and_ends_at_max_hits(embedded):
     ).json()["messages"]))
     assert ['"n": 1' in messages[0]["content"], '"n": 2' in messages[1]["content"]] == [True, True]
     assert all(m["metadata"]["wake"]["source"] == "trigger" for m in messages)
+
+
+def test_embedded_local_runner_runs_an_approved_command_on_this_machine(tmp_path, pages):
+    """`vigil serve --local-runner`: device "local" of the first account, no pairing; a watcher approved by the
+    owner in the browser session runs here and its line wakes the conversation."""
+    import re
+
+    env = {"VIGIL_DATA_DIR": str(tmp_path / "data"), "DATABASE_URL": "", "REDIS_URL": "",
+           "MONITOR_MIN_INTERVAL_SECONDS": "1", "SCHEDULER_TICK_SECONDS": "0.2"}
+    port = free_port()
+    log = tmp_path / "serve.log"
+    process = start([VIGIL, "serve", "--port", str(port), "--local-runner"], env, log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(base, process, log)
+        assert "Local runner on" in log.read_text()
+        vigil("user", "create", "me@example.com", "--password", "a-good-password", env=env)
+        token = vigil("token", "create", "--user", "me@example.com", env=env).strip().splitlines()[-1]
+        auth = {"Authorization": f"Bearer {token}"}
+        device = wait_for(lambda: [d for d in requests.get(f"{base}/api/devices", headers=auth).json()["devices"]
+                                   if d["name"] == "local" and d["online"]])
+        assert device[0]["approval_mode"] == "ask"
+        created = requests.post(f"{base}/api/tool/monitor", headers=auth, json={
+            "action": "start", "context": {"conversation_id": "laptop-3"},
+            "arguments": {"command": "echo built-on-this-laptop", "description": "the build"}}).json()
+        assert created["ok"] and created["result"]["status"] == "awaiting_approval", created
+        session = requests.Session()
+        csrf = re.search(r'name="_csrf" value="([^"]+)"', session.get(f"{base}/login").text).group(1)
+        session.post(f"{base}/login", data={"email": "me@example.com", "password": "a-good-password", "_csrf": csrf})
+        page = session.get(created["result"]["approve_url"].replace("http://127.0.0.1:8000", base)).text
+        assert "echo built-on-this-laptop" in page
+        csrf = re.search(r'"X-CSRF-Token": "([^"]+)"', page).group(1)
+        approved = session.post(f"{base}/api/monitors/{created['result']['monitor_id']}/approve",
+                                headers={"X-CSRF-Token": csrf})
+        assert approved.status_code == 200, approved.text
+        messages = wait_for(lambda: [m for m in requests.get(f"{base}/api/conversations/laptop-3/messages?after=0",
+                                                             headers=auth).json()["messages"]
+                                     if "built-on-this-laptop" in m["content"]])
+        assert messages[0]["metadata"]["wake"]["source"] == "command"
+        wait_for(lambda: any("watcher exited (code 0)" in m["content"] for m in requests.get(
+            f"{base}/api/conversations/laptop-3/messages?after=0", headers=auth).json()["messages"]))
+    finally:
+        assert stop(process) == 0
