@@ -17,7 +17,7 @@ from models.db import database, utcnow
 from models.devices import Presence, find_device, is_online
 from models.monitors import create_event_monitor, load_for_check
 from models.results import Lifecycle, pause_and_tell, wakes_in_last_hour, write_wake
-from models.runs import PENDING, RUNNING, STOPPING, UNFINISHED, stop_runs  # noqa: F401  (stop_runs: callers' one import)
+from models.runs import PENDING, RUNNING, STOPPING, UNFINISHED
 from models.tables import (
     ACTIVE, AWAITING, CANCELLED, DONE, PAUSED, AuditEvent, CommandApproval, CommandRun, Conversation, Device, Monitor,
     RunRecord, User,

@@ -56,3 +56,16 @@ class Clock:
 
     def now(self):
         return utcnow() + timedelta(seconds=self.offset)
+
+
+def wait_for(probe, timeout: float = 30, message: str = "timed out waiting"):
+    """probe()'s first truthy value, asked every 0.2 s; AssertionError(message) after `timeout` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(message)

@@ -17,7 +17,7 @@ import requests
 from models.tables import Monitor
 from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
 from tests.integration.conftest import _account
-from tests.integration.helpers import db
+from tests.integration.helpers import db, wait_for
 from tests.processes import VIGIL, free_port, start, stop, terminate, vigil, wait_healthy
 from tests.proxy import RoundRobinProxy
 
@@ -119,13 +119,7 @@ def owner(stack, postgres, tmp_path):
 
 
 def wait(predicate, message: str, seconds: float = 30):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(message)
+    return wait_for(predicate, seconds, message)
 
 
 def processes_with(marker: str) -> list[tuple[int, int]]:

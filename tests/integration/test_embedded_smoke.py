@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 import requests
 
+from tests.integration.helpers import wait_for
 from tests.processes import free_port, start, stop, vigil, wait_healthy, VIGIL
 
 
@@ -78,16 +78,6 @@ def test_embedded_mode_creates_checks_and_wakes(embedded, pages, tmp_path):
     assert done[0]["wakes_left"] == 0 and done[0]["conversation_id"] == "laptop-1"
     assert any(name == "message.created" and data["id"] == wake["id"] for name, data in events)
     assert stop(process) == 0, "SIGTERM with an open event stream must still end the server cleanly"
-
-
-def wait_for(probe, timeout: float = 30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("timed out waiting")
 
 
 def test_embedded_trigger_link_wakes_once_and_ends_at_max_hits(embedded):
