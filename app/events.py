@@ -13,9 +13,9 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from app.auth import SESSION_CSRF, api_user, session_user
 from app.templating import render
-from models import connection
+from models import connection, utcnow
 from models.conversations import find_conversation, is_watching
-from models.devices import owned_device
+from models.devices import device_json, user_devices
 from models.monitors import load_for_check
 from models.tables import Message
 from tasks.runtime import current
@@ -93,9 +93,8 @@ def _fragments(user, name: str, data: dict, csrf: str = "") -> list[tuple[str, s
 
 
 def _device_fragment(user, data: dict, csrf: str) -> list[tuple[str, str]]:
+    """The whole device list, so a device paired (or revoked) while the page is open shows up (or goes)."""
     with connection():
-        device = owned_device(user, data.get("id", 0))
-        if device is None:
-            return []
-        return [(f"device-{device.id}", render("partials/_device_row.html", device=device, device_state=data,
-                                               csrf=csrf))]
+        presence, now = current().presence, utcnow()
+        devices = [(d, device_json(d, now, presence)) for d in user_devices(user)]
+    return [("devices", render("partials/_device_rows.html", devices=devices, csrf=csrf))]
