@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -69,3 +70,14 @@ def wait_for(probe, timeout: float = 30, message: str = "timed out waiting"):
             return value
         time.sleep(0.2)
     raise AssertionError(message)
+
+
+def login(client, email: str = "owner@example.com", password: str = "owner-password") -> str:
+    """Sign in through the login form; returns the session's CSRF token for JSON calls."""
+    form = client.get("/login")
+    csrf = re.search(r'name="_csrf" value="([^"]+)"', form.text).group(1)
+    signed_in = client.post("/login", data={"email": email, "password": password, "_csrf": csrf},
+                            follow_redirects=False)
+    assert signed_in.status_code == 303, signed_in.text
+    page = client.get("/settings/devices")
+    return re.search(r'"X-CSRF-Token": "([^"]+)"', page.text).group(1)
