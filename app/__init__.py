@@ -29,8 +29,8 @@ from models import connection, database
 from tasks.broker import UNAVAILABLE
 from tasks.deliveries import relay
 from tasks.runtime import current
-from vigil.logs import first_line
-from vigil.settings import Settings
+from adapters.logs import first_line
+from adapters.settings import Settings
 
 STATIC = Path(__file__).parent / "static"
 
@@ -86,5 +86,5 @@ def create_app(settings: Settings) -> Litestar:
         request_max_body_size=settings.API_MAX_BODY_BYTES,
         on_shutdown=[_hand_over_deliveries],
         template_config=TemplateConfig(instance=JinjaTemplateEngine.from_environment(env)),
-        logging_config=None,  # vigil.logs set logging up already; Litestar's default would reset LOG_LEVEL
+        logging_config=None,  # adapters.logs set logging up already; Litestar's default would reset LOG_LEVEL
     )

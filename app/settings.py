@@ -1,7 +1,7 @@
 """Settings as the web app reads them."""
 
 from engine.spec import Limits
-from vigil.settings import Settings
+from adapters.settings import Settings
 
 
 def limits_from(settings: Settings) -> Limits:

@@ -11,7 +11,7 @@ import logging
 from litestar import Request, Response
 
 from tasks.broker import UNAVAILABLE
-from vigil.logs import first_line, mask
+from adapters.logs import first_line, mask
 
 log = logging.getLogger(__name__)
 

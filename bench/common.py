@@ -307,7 +307,7 @@ def seed_page_monitors(env: dict, base: str, n: int, make_spec, next_due) -> Non
     from models.migrate import migrate
     from models.monitors import create_monitor
     from models.tables import Conversation, User
-    from vigil.settings import Settings
+    from adapters.settings import Settings
 
     settings = Settings.from_env(env)
     bind(env["DATABASE_URL"])

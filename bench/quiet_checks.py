@@ -211,7 +211,7 @@ class EventCounter:
         self.count = 0
         self.last_at = datetime.now(timezone.utc).replace(tzinfo=None)
         self._pubsub = redis.Redis.from_url(url).pubsub(ignore_subscribe_messages=True)
-        namespace = hashlib.sha256(database_url.encode("utf-8")).hexdigest()[:12]  # as vigil.events names it
+        namespace = hashlib.sha256(database_url.encode("utf-8")).hexdigest()[:12]  # as adapters.events names it
         self._pubsub.psubscribe(f"vigil:{namespace}:events:user:*")
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()

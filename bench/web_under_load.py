@@ -60,7 +60,7 @@ from bench.common import (  # noqa: E402
 from bench.quiet_checks import VIGIL_ENV  # noqa: E402
 from bench.trigger_parts import body_for, fmt, pct  # noqa: E402
 from tests.processes import vigil as vigil_command  # noqa: E402
-from vigil.settings import Settings  # noqa: E402
+from adapters.settings import Settings  # noqa: E402
 
 DB_NAME = "vigil_bench_load"
 DATABASE_URL = common.database_url(DB_NAME)

@@ -13,8 +13,8 @@ from dramatiq.middleware import MiddlewareError
 from models import database
 from models.db import UNAVAILABLE as DATABASE_UNAVAILABLE
 from tasks.runtime import configure
-from vigil.logs import first_line
-from vigil.settings import Settings
+from adapters.logs import first_line
+from adapters.settings import Settings
 
 log = logging.getLogger(__name__)
 

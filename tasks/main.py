@@ -2,8 +2,8 @@
 
 from models.db import bind
 from tasks.broker import setup_broker
-from vigil.settings import Settings
-from vigil.logs import setup_logging
+from adapters.settings import Settings
+from adapters.logs import setup_logging
 
 settings = Settings.from_env()
 setup_logging(settings.LOG_LEVEL)

@@ -14,9 +14,9 @@ from engine.sources import SourceIO, SourcePolicy
 from models.devices import Presence
 from models.judging import DEFAULT_MODEL, JudgePolicy
 from models.results import Lifecycle
-from vigil.events import LocalBus, RedisBus, make_bus
-from vigil.ratelimit import LinkLimiter
-from vigil.settings import Settings
+from adapters.events import LocalBus, RedisBus, make_bus
+from adapters.ratelimit import LinkLimiter
+from adapters.settings import Settings
 
 
 @dataclass

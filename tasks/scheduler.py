@@ -26,7 +26,7 @@ from tasks.deliveries import process_delivery
 from tasks.commands import check_command_result
 from tasks.events import publish_device, publish_monitor
 from tasks.runtime import current
-from vigil.logs import first_line
+from adapters.logs import first_line
 
 log = logging.getLogger(__name__)
 

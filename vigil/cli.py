@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from vigil.settings import Settings, SettingsError
+from adapters.settings import Settings, SettingsError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,7 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"vigil: {exc}", file=sys.stderr)
         return 2
-    from vigil.logs import setup_logging
+    from adapters.logs import setup_logging
 
     setup_logging(settings.LOG_LEVEL)
     return args.run(settings, args) or 0
@@ -93,7 +93,7 @@ def _wait_for_database() -> None:
 
     from models import connection
     from models.db import UNAVAILABLE
-    from vigil.logs import first_line
+    from adapters.logs import first_line
 
     deadline = time.monotonic() + DATABASE_WAIT_SECONDS
     while True:

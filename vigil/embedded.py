@@ -9,8 +9,8 @@ import threading
 import uvicorn
 from dramatiq import Worker
 
-from vigil.logs import mask_tokens
-from vigil.settings import Settings
+from adapters.logs import mask_tokens
+from adapters.settings import Settings
 
 log = logging.getLogger("vigil")
 
@@ -18,7 +18,7 @@ log = logging.getLogger("vigil")
 def run_web(settings: Settings, host: str, port: int) -> int:
     from app import create_app
 
-    from vigil.webserver import guarded_protocol
+    from adapters.webserver import guarded_protocol
 
     config = uvicorn.Config(create_app(settings), host=host, port=port, timeout_graceful_shutdown=2,
                             log_level=settings.LOG_LEVEL.lower(), proxy_headers=False,

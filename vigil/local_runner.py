@@ -12,7 +12,7 @@ import logging
 import threading
 from pathlib import Path
 
-from vigil.settings import Settings
+from adapters.settings import Settings
 
 log = logging.getLogger("vigil.local_runner")
 DEVICE_NAME = "local"

@@ -13,7 +13,7 @@ from models.accounts import create_token, create_user
 from models.db import bind
 from models.migrate import migrate
 from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL, require
-from vigil.settings import Settings
+from adapters.settings import Settings
 
 
 @pytest.fixture(scope="session")

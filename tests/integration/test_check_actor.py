@@ -172,14 +172,17 @@ def test_the_owners_pages_hear_each_recorded_check_as_the_row_now_stands(client,
     """A change, an error, a quiet check that clears it and the last wake each publish monitor.updated built from
     the monitor as written (not read back): it must say what the row says; conversation.updated comes only when
     the status moves."""
+    import hashlib
+
     import redis
 
     from models.monitors import event_payload, load_for_check
-    from tests.conftest import TEST_REDIS_URL
+    from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
 
     monitor_id = make_monitor(client, owner[1], pages.set("/q", quote("95.10")), max_wakes=2)
     listener = redis.Redis.from_url(TEST_REDIS_URL).pubsub(ignore_subscribe_messages=True)
-    listener.psubscribe("*")
+    # this Vigil's channels only: pub/sub is server-wide, and other Vigils (an e2e run, a bench) may share it
+    listener.psubscribe(f"vigil:{hashlib.sha256(TEST_DATABASE_URL.encode()).hexdigest()[:12]}:*")
     listener.get_message(timeout=1)  # the subscription's confirmation
 
     def one_check(page: str, status: int = 200) -> tuple[list[tuple[str, dict]], dict]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.conftest import TEST_REDIS_URL
-from vigil.events import make_bus
+from adapters.events import make_bus
 
 
 def test_events_reach_subscribers_of_this_vigil_only(postgres):

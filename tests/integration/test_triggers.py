@@ -11,7 +11,7 @@ import pytest
 from engine.signatures import sign
 from models.tables import AuditEvent, Delivery, TriggerLink
 from tests.integration.helpers import db, tool, wakes
-from vigil.ratelimit import LinkLimiter
+from adapters.ratelimit import LinkLimiter
 
 
 def create(client, token, signature="none", **arguments) -> dict:

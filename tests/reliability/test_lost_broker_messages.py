@@ -27,7 +27,7 @@ from models import connection, database, utcnow
 from models.db import bind
 from tasks.deliveries import process_delivery, relay
 from tasks.scheduler import sweep
-from vigil.settings import Settings
+from adapters.settings import Settings
 
 pytestmark = pytest.mark.reliability
 
