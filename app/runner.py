@@ -199,11 +199,21 @@ def _store_records(request: Request, run_id: str, records: list[dict]) -> Respon
             stored = store_records(device, run_id, records, utcnow(), runtime.lifecycle)
         except RecordRefused as exc:
             return _answer({"detail": str(exc)}, exc.status)
-        if stored.monitor is not None and (stored.woke or stored.monitor.status != "active"):
-            publish_wakes(stored.monitor, stored.woke)
-            publish_monitor(load_for_check(stored.monitor.id))
-        publish_work(device.user_id, stored.stopped_devices)
+        _publish_records(stored, device)
     return _answer({"acked": stored.acked})
+
+
+def _publish_records(stored, device) -> None:
+    """The wakes' message.created; the monitor's own events only when the records changed its status (the
+    watch ended, or paused at the hourly cap), so a busy stream costs one publish per wake, nothing more."""
+    monitor = stored.monitor
+    if monitor is None:
+        return
+    publish_wakes(monitor, stored.woke)
+    if monitor.status != stored.status_before:
+        publish_monitor(load_for_check(monitor.id), status_before=stored.status_before)
+    elif stored.stopped_devices:
+        publish_work(device.user_id, stored.stopped_devices)
 
 
 def _store_result(request: Request, run_id: str, exit_code, output: str, timed_out: bool) -> Response:

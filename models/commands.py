@@ -208,6 +208,8 @@ class Stored:
     woke: list = field(default_factory=list)
     monitor: Monitor | None = None
     stopped_devices: list[int] = field(default_factory=list)
+    #: the monitor's status before these records (its events go out only when they changed it)
+    status_before: str = ""
 
 
 def store_records(device: Device, run_id: str, records: list[dict], now: datetime, life: Lifecycle) -> Stored:
@@ -215,7 +217,7 @@ def store_records(device: Device, run_id: str, records: list[dict], now: datetim
     with database.atomic():
         run = _locked_run(device, run_id)
         monitor = load_for_check(run.monitor_id)
-        stored = Stored(acked=run.acked_seq, monitor=monitor)
+        stored = Stored(acked=run.acked_seq, monitor=monitor, status_before=monitor.status if monitor else "")
         for record in sorted(records, key=lambda r: r["seq"]):
             if record["seq"] <= stored.acked:
                 continue  # a resend of what is stored already

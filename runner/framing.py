@@ -15,8 +15,9 @@ from typing import Optional
 LINE_MAX_BYTES = 16 * 1024
 #: a batch closes when this long passes with no new line
 BATCH_GAP_SECONDS = 0.2
-#: ... or when its first line is this old
-BATCH_MAX_SECONDS = 1.0
+#: ... and at the latest when its first line is this old: a batch is the lines read within 200 ms of its first,
+#: so no line waits longer than the window (and the tail interval) before it is sent, however busy the watcher
+BATCH_MAX_SECONDS = 0.2
 #: ... or when it holds this many lines
 BATCH_MAX_LINES = 100
 #: ... or this many bytes of JSON-encoded lines (a record stays well under the server's 64 KiB)

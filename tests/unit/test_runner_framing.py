@@ -73,8 +73,8 @@ def test_framer_batches_lines_within_200_ms():
     framer = LineFramer()
     assert framer.feed(b"a\n", 0.0) == []
     assert framer.feed(b"b\n", 0.15) == []
-    assert framer.tick(0.30) == []
-    frames = framer.tick(0.35)
+    assert framer.tick(0.19) == []
+    frames = framer.tick(0.20)
     assert [frame.record for frame in frames] == [{"kind": "lines", "lines": ["a", "b"]}]
     assert framer.deadline() is None
 
@@ -87,13 +87,13 @@ def test_framer_starts_a_new_batch_after_a_200_ms_gap():
     assert lines_of(framer.close(0.3)) == ["b"]
 
 
-def test_framer_closes_a_batch_one_second_old():
+def test_framer_closes_a_batch_200_ms_after_its_first_line():
     framer = LineFramer()
     frames = []
-    for step in range(8):  # a line every 150 ms: never a 200 ms gap
+    for step in range(8):  # a line every 150 ms: never a 200 ms gap, yet no line waits past the window
         frames += framer.feed(b"tick\n", step * 0.15)
-    assert [frame.count for frame in frames] == [7]
-    assert framer.deadline() == 7 * 0.15 + 0.2
+    assert [frame.count for frame in frames] == [2, 2, 2]
+    assert framer.deadline() == 6 * 0.15 + 0.2
 
 
 def test_framer_closes_a_batch_of_100_lines():
