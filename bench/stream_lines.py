@@ -339,9 +339,8 @@ def report(args, header: list[str], vers: str, pairs: list[tuple[Phase, Phase]],
     lines.append(f"- the event stream carried {names['monitor.updated']} `monitor.updated`, "
                  f"{names['conversation.updated']} `conversation.updated` and {names['device.work']} `device.work` "
                  f"events beside {sum(v.wakes for v in vigils)} line wakes in {sum(v.posts for v in vigils)} lines "
-                 "POSTs (and each watch's start, exit and the bench's monitor_create calls): a records POST that "
-                 "wakes publishes all three, and the `device.work` hint makes the runner's held long-poll read its "
-                 "work again")
+                 "POSTs: a records POST publishes only its wakes' `message.created`; the other three come from "
+                 "each watch's creation and its end (its status moving)")
     lines += [f"- {note}" for note in notes]
     return "\n".join(lines) + "\n"
 
