@@ -69,7 +69,7 @@ class DevicesController(Controller):
             for monitor, woke in pause_device_monitors(device, f"Its device {device.name!r} was revoked by the "
                                                        "owner, so its command can't run any more.", utcnow()):
                 publish_monitor(monitor, woke)
-            publish_device(device)
+            publish_device(device, listing=True)
         if request.headers.get("hx-request"):
             return Response("", media_type="text/html")
         return Response({"revoked": True, "id": device.id})

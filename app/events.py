@@ -12,10 +12,10 @@ from litestar.exceptions import NotAuthorizedException
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from app.auth import SESSION_CSRF, api_user, session_user
-from app.templating import render
+from app.templating import env, render
 from models import connection, utcnow
 from models.conversations import find_conversation, is_watching
-from models.devices import device_json, user_devices
+from models.devices import device_json, owned_device, user_devices
 from models.monitors import load_for_check
 from models.tables import Message
 from tasks.runtime import current
@@ -93,8 +93,18 @@ def _fragments(user, name: str, data: dict, csrf: str = "") -> list[tuple[str, s
 
 
 def _device_fragment(user, data: dict, csrf: str) -> list[tuple[str, str]]:
-    """The whole device list, so a device paired (or revoked) while the page is open shows up (or goes)."""
+    """A device paired or revoked re-renders the list; any other change refreshes that device's state cells
+    in place, so a form the owner is editing is left alone."""
     with connection():
         presence, now = current().presence, utcnow()
-        devices = [(d, device_json(d, now, presence)) for d in user_devices(user)]
-    return [("devices", render("partials/_device_rows.html", devices=devices, csrf=csrf))]
+        if data.get("listing"):
+            devices = [(d, device_json(d, now, presence)) for d in user_devices(user)]
+            return [("devices", render("partials/_device_rows.html", devices=devices, csrf=csrf))]
+        device = owned_device(user, data.get("id", 0))
+        if device is None:
+            return []
+        state = device_json(device, now, presence)
+    cells = env.get_template("partials/_device_cells.html").module
+    return [(f"device-{device.id}-{name}", str(getattr(cells, macro)(device, state)))
+            for name, macro in (("presence", "presence"), ("seen", "seen"), ("version", "version"),
+                                ("running", "running"))]

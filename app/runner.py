@@ -83,7 +83,7 @@ def _pair(code: str, fields: dict) -> Response:
             device, token = pair(code, fields["name"], fields["hostname"], fields["version"], utcnow())
         except PairingError as exc:
             return _answer({"detail": str(exc)}, 400)
-        publish_device(device)
+        publish_device(device, listing=True)
     return _answer({"device_id": device.id, "name": device.name, "token": token}, 201)
 
 

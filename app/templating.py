@@ -28,8 +28,17 @@ def _watching(monitor) -> str:
     return where
 
 
+def _is_stream(monitor) -> bool:
+    source = monitor.source or {}
+    return source.get("type") == "command" and source.get("mode") == "stream"
+
+
 def _check(monitor) -> str:
     check = monitor.check or {}
+    if _is_stream(monitor):
+        if check.get("type") == "regex":
+            return f"lines matching {check.get('pattern')}"
+        return f"lines where {check.get('expr')}" if check.get("type") == "cel" else "every line"
     if check.get("type") == "threshold":
         from engine.checks import OP_NAMES, format_number
 
@@ -41,6 +50,7 @@ def _check(monitor) -> str:
 env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]),
                   trim_blocks=True, lstrip_blocks=True)
 env.filters.update(when=_when, every=describe_duration, watching=_watching, check=_check)
+env.tests["stream"] = _is_stream
 
 
 def render(name: str, **context) -> str:

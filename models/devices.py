@@ -126,10 +126,13 @@ def is_online(device: Device, now: datetime, presence: Presence) -> bool:
 def mark_offline(now: datetime, presence: Presence) -> list[Device]:
     """Devices not seen for the offline window, now marked offline (for their owners' pages)."""
     cutoff = now - timedelta(seconds=presence.offline_seconds)
-    gone = list(Device.select().where(Device.online & (Device.last_seen_at < cutoff)))
-    for device in gone:
-        Device.update(online=False).where((Device.id == device.id) & Device.online).execute()
-        device.online = False
+    gone = []
+    for device in Device.select().where(Device.online & (Device.last_seen_at < cutoff)):
+        # seen again since the select (a poll in between): still online
+        if Device.update(online=False).where((Device.id == device.id) & Device.online
+                                             & (Device.last_seen_at < cutoff)).execute():
+            device.online = False
+            gone.append(device)
     return gone
 
 

@@ -44,12 +44,14 @@ def publish_work(user_id: int, device_ids: list[int]) -> None:
         current().bus.publish_many([work_event(user_id, device_id) for device_id in device_ids])
 
 
-def publish_device(device) -> None:
-    """device.updated, for Settings → Devices: online or offline, last seen, what it runs."""
+def publish_device(device, listing: bool = False) -> None:
+    """device.updated, for Settings → Devices: online or offline, last seen, what it runs; `listing` when the
+    device was just paired or revoked (the page's list itself changes)."""
     from models.devices import device_json
 
     runtime = current()
-    current().bus.publish(device.user_id, "device.updated", device_json(device, utcnow(), runtime.presence))
+    data = {**device_json(device, utcnow(), runtime.presence), "listing": listing}
+    runtime.bus.publish(device.user_id, "device.updated", data)
 
 
 def publish_quiet(monitors: list) -> None:
