@@ -1,9 +1,11 @@
 """Vigil in production mode as separate processes (web, workers, schedulers) on the throwaway servers, with the
-controls a fault test needs: SIGKILL a worker, start it again, look at every log."""
+controls a fault test needs: SIGKILL a worker (or a paired device's `vigil runner`), start it again, look at every
+log."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -22,6 +24,7 @@ FAST = {"MONITOR_MIN_INTERVAL_SECONDS": "1", "SCHEDULER_TICK_SECONDS": "0.2", "D
         "FETCH_TIMEOUT_SECONDS": "5", "FETCH_ALLOW_LOOPBACK": "true", "MONITOR_MAX_WAKES": "50",
         "MONITOR_MAX_WAKES_PER_HOUR": "100000", "TRIGGER_RATE_PER_MINUTE": "6000", "PYTHONUNBUFFERED": "1",
         "dramatiq_worker_timeout": "100"}
+OWNER_EMAIL, OWNER_PASSWORD = "owner@example.com", "a-reliability-password"
 
 
 def new_stack(pg, rds, redis_db: int = 0, **settings: str) -> "Stack":
@@ -49,8 +52,8 @@ class Stack:
     def setup(self) -> "Stack":
         """`vigil migrate`, an owner and a runtime token, as an operator does before the first start."""
         vigil("migrate", env=self.env)
-        vigil("user", "create", "owner@example.com", "--password", "a-reliability-password", env=self.env)
-        self.token = vigil("token", "create", "--user", "owner@example.com", env=self.env).strip().splitlines()[-1]
+        vigil("user", "create", OWNER_EMAIL, "--password", OWNER_PASSWORD, env=self.env)
+        self.token = vigil("token", "create", "--user", OWNER_EMAIL, env=self.env).strip().splitlines()[-1]
         return self
 
     @property
@@ -66,6 +69,50 @@ class Stack:
 
     def start_scheduler(self, name: str = "scheduler") -> None:
         self._start(name, [VIGIL, "scheduler"])
+
+    def pair_runner(self, name: str, approval_mode: str = "full") -> Path:
+        """A device `name` as its owner pairs one (`vigil device pair-code`, `vigil runner pair`), its `vigil
+        runner` started as process `runner-<name>`, its approval mode set in the owner's browser session; waits
+        until it is online. Returns its state directory."""
+        code = vigil("device", "pair-code", "--user", OWNER_EMAIL, "--name", name, env=self.env).split()[-1]
+        state = self.root / f"runner-{name}"
+        paired = subprocess.run([VIGIL, "runner", "pair", "--server", self.base, "--code", code, "--state-dir",
+                                 str(state)], capture_output=True, text=True, timeout=60)
+        assert paired.returncode == 0, paired.stdout + paired.stderr
+        self.start_runner(name)
+        if approval_mode != "ask":
+            session, csrf = self._owner_session()
+            changed = session.patch(f"{self.base}/api/devices/{self.device(name)['id']}", timeout=30,
+                                    json={"approval_mode": approval_mode}, headers={"X-CSRF-Token": csrf})
+            assert changed.status_code == 200, changed.text
+        deadline = time.monotonic() + 60
+        while not self.device(name)["online"]:
+            assert time.monotonic() < deadline, f"the device {name} never came online:\n{self.log_tails()}"
+            time.sleep(0.2)
+        return state
+
+    def start_runner(self, name: str) -> None:
+        """`vigil runner` of the paired device `name` (again, after a kill: same state directory)."""
+        self._start(f"runner-{name}", [VIGIL, "runner", "--state-dir", str(self.root / f"runner-{name}")])
+
+    def kill_runner(self, name: str) -> None:
+        """SIGKILL to the runner's own process group; its commands run in sessions of their own and live on."""
+        self.kill(f"runner-{name}")
+
+    def device(self, name: str) -> dict:
+        answer = requests.get(f"{self.base}/api/devices", headers=self.auth, timeout=30)
+        answer.raise_for_status()
+        return next(d for d in answer.json()["devices"] if d["name"] == name)
+
+    def _owner_session(self) -> tuple[requests.Session, str]:
+        """The owner signed in, as in a browser, and the CSRF token of its pages."""
+        session = requests.Session()
+        page = session.get(f"{self.base}/login", timeout=30).text
+        csrf = re.search(r'name="_csrf" value="([^"]+)"', page).group(1)
+        session.post(f"{self.base}/login", data={"email": OWNER_EMAIL, "password": OWNER_PASSWORD, "_csrf": csrf},
+                     timeout=30)
+        page = session.get(f"{self.base}/settings/devices", timeout=30).text
+        return session, re.search(r'"X-CSRF-Token": "([^"]+)"', page).group(1)
 
     def _start(self, name: str, args: list[str]) -> None:
         self.logs[name] = self.root / f"{name}.log"
