@@ -3,8 +3,8 @@
 import logging
 import re
 
-#: trigger-link and approval-link tokens are secrets: access logs print paths, so they are masked
-_TOKEN = re.compile(r"\b(trg|apr)_[A-Za-z0-9_-]{8,}")
+#: link tokens, runtime tokens and device tokens are secrets: access logs print paths, so they are masked
+_TOKEN = re.compile(r"\b(trg|apr|vgl|vgd)_[A-Za-z0-9_-]{8,}")
 
 
 class MaskTokens(logging.Filter):

@@ -105,9 +105,9 @@ def _check_in(request: Request) -> tuple[int, int]:
                                    current().presence)
         except AnotherRunner:
             raise ClientException(status_code=409, detail=ANOTHER_RUNNER) from None
-    if came_online:
+    if came_online:  # the whole list: a device just paired shows up even if its pairing event was missed
         with connection():
-            publish_device(device)
+            publish_device(device, listing=True)
     return device.id, device.user_id
 
 

@@ -191,13 +191,12 @@ def test_devices_page_shows_paired_device_appear_go_offline_and_online_live(page
         device = wait(lambda: (d := api_device(stack, "e2e-laptop")) and d["online"] and d,
                       f"the runner never came online:\n{runner.log_tail()}", seconds=LIVE / 1000)
         row = device_row(page, device["id"])  # a locator: found again after each live swap
-        presence = row.locator("td.presence")
+        presence = row.locator(".presence")
         expect(row).to_have_count(1, timeout=LIVE)
         expect(presence).to_have_attribute("data-online", "yes", timeout=LIVE)
         expect(presence).to_have_text("online")
-        expect(row).to_have_class(re.compile(r"\bonline\b"))
         expect(row.locator("td.name")).to_contain_text("e2e-laptop")
-        expect(row.locator("td.version")).to_have_text(device["runner_version"])
+        expect(row.locator(".version")).to_have_text(device["runner_version"])
         expect(row.locator("select[name=approval_mode]")).to_have_value("ask")
         expect(rows).to_have_count(shown_before + 1)
         expect(page.locator("tbody#devices tr.empty")).to_have_count(0)
@@ -210,7 +209,6 @@ def test_devices_page_shows_paired_device_appear_go_offline_and_online_live(page
         expect(presence).to_have_attribute("data-online", "no", timeout=(offline_seconds + 6) * 1000)
         took = time.monotonic() - killed
         expect(presence).to_have_text("offline")
-        expect(row).to_have_class(re.compile(r"\boffline\b"))
         assert took >= online_seconds - 2.5, f"offline {took:.1f}s after the kill: before its poll could lapse"
         assert not api_device(stack, "e2e-laptop")["online"]
         expect(rows).to_have_count(shown_before + 1)
@@ -220,7 +218,6 @@ def test_devices_page_shows_paired_device_appear_go_offline_and_online_live(page
         runner.start()
         expect(presence).to_have_attribute("data-online", "yes", timeout=LIVE)
         expect(presence).to_have_text("online")
-        expect(row).to_have_class(re.compile(r"\bonline\b"))
         expect(rows).to_have_count(shown_before + 1)
         assert api_device(stack, "e2e-laptop")["online"]
         assert runner.running(), runner.log_tail()
@@ -228,7 +225,7 @@ def test_devices_page_shows_paired_device_appear_go_offline_and_online_live(page
 
         # Loaded afresh, the page says what the live updates said.
         page.goto(f"{stack.base}/settings/devices")
-        expect(device_row(page, device["id"]).locator("td.presence")).to_have_attribute("data-online", "yes")
+        expect(device_row(page, device["id"]).locator(".presence")).to_have_attribute("data-online", "yes")
 
 
 def create_command_monitor(stack, description: str, device: str, command: str, cwd: str) -> dict:
