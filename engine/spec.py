@@ -12,7 +12,7 @@ from engine.sources import SOURCE_TYPES, SourcePolicy, SourceSpec, parse_source
 __all__ = ["SOURCE_TYPES", "SourcePolicy", "SourceSpec", "SpecError", "parse_check", "parse_source"]
 
 ARGUMENTS = ("description", "source", "check", "condition", "judge_model", "on_match", "interval", "expires_in",
-             "max_wakes")
+             "max_wakes", "note")
 
 #: Channels whose conversations a wake cannot resume, and why (seed 000, "Where it works").
 UNREACHABLE_CHANNELS = {
@@ -47,6 +47,8 @@ class MonitorSpec:
     max_wakes: int
     condition: str = ""
     judge_model: str = ""
+    #: seed 001's note: replayed verbatim in every wake
+    note: str = ""
 
 
 def channel_refusal(channel: str) -> str | None:
@@ -77,6 +79,7 @@ def parse_create(arguments: object, limits: Limits,
         max_wakes=_max_wakes(arguments.get("max_wakes"), limits, notes),
         condition=_text(arguments, "condition", required=False, limit=2000),
         judge_model=_text(arguments, "judge_model", required=False, limit=100),
+        note=_note(arguments.get("note")),
     )
     if spec.source.type == "webhook":
         spec = _webhook_spec(spec, arguments, limits, notes)
@@ -84,6 +87,8 @@ def parse_create(arguments: object, limits: Limits,
         spec = _approval_spec(spec, arguments, notes)
     if spec.source.type == "command" and spec.source.mode == "stream":
         spec = _stream_spec(spec, arguments)
+    if spec.source.type == "time":
+        spec = _time_spec(spec, arguments, notes)
     if spec.check.value_path and spec.source.type == "page":
         raise SpecError("check.value_path reads JSON; on a page source leave it out and the first number in the text is read.")
     return spec, notes
@@ -118,6 +123,28 @@ def _approval_spec(spec: MonitorSpec, arguments: dict, notes: list[str]) -> Moni
     ignored = [name for name in ("check", "condition", "judge_model") if arguments.get(name) is not None]
     if ignored:
         notes.append(f"An approval monitor takes no {' or '.join(ignored)}: the decision is the event, so "
+                     f"{'it was' if len(ignored) == 1 else 'they were'} ignored.")
+    return replace(spec, check=CheckSpec(type="every_call"), condition="", judge_model="", max_wakes=1)
+
+
+MAX_NOTE_CHARS = 4000
+
+
+def _note(value: object) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise SpecError("note must be text: what you want to read when the monitor wakes you.")
+    if len(value) > MAX_NOTE_CHARS:
+        raise SpecError(f"note is too long ({len(value)} characters); keep it under {MAX_NOTE_CHARS}.")
+    return value  # verbatim: it is replayed as written
+
+
+def _time_spec(spec: MonitorSpec, arguments: dict, notes: list[str]) -> MonitorSpec:
+    """The time is the event: it fires once; a check or condition given anyway is ignored, and notes say so."""
+    ignored = [name for name in ("check", "condition", "judge_model", "interval") if arguments.get(name) is not None]
+    if ignored:
+        notes.append(f"A time watch takes no {' or '.join(ignored)}: it fires once at its time, so "
                      f"{'it was' if len(ignored) == 1 else 'they were'} ignored.")
     return replace(spec, check=CheckSpec(type="every_call"), condition="", judge_model="", max_wakes=1)
 

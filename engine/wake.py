@@ -62,3 +62,24 @@ def decision_text(description: str, question: str, decision: str, comment: str) 
 def expired_text(description: str) -> str:
     return (f"Monitor expired without firing: {description}. Nothing matched before it ran out of "
             "time; tell the user, and offer to watch again if it still matters.")
+
+
+#: a time watch this late says why: Vigil was not running at its time
+LATE_NOTICE_SECONDS = 5
+
+
+def time_text(description: str, fire_at: str, late_seconds: float, on_match: str) -> str:
+    lines = [f"Time watch fired: {description}", f"It was set for {fire_at}."]
+    if late_seconds >= LATE_NOTICE_SECONDS:
+        lines.append(f"This wake is {_late(late_seconds)} late: Vigil was not running (or was behind) at that time.")
+    if on_match:
+        lines.append(f"What you asked to do then: {on_match}")
+    return "\n".join(lines)
+
+
+def _late(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} seconds"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} minutes"
+    return f"{seconds / 3600:.1f} hours"

@@ -42,6 +42,12 @@ def create_monitor(user: User, conversation: Conversation, spec: MonitorSpec, ou
                    check_state=outcome.verdict.state, baseline=outcome.verdict.summary)
 
 
+def create_time_monitor(user: User, conversation: Conversation, spec: MonitorSpec, now: datetime,
+                        fire_at: datetime) -> Monitor:
+    """A time watch: due exactly at its time (no jitter), when the scheduler claims it and it fires once."""
+    return _create(user, conversation, spec, now, next_check_at=fire_at, check_state={})
+
+
 def create_event_monitor(user: User, conversation: Conversation, spec: MonitorSpec, now: datetime) -> Monitor:
     """A monitor whose events arrive (a trigger link): never claimed by the scheduler."""
     expires_at = now + timedelta(seconds=spec.ttl_seconds)
@@ -55,7 +61,7 @@ def _create(user: User, conversation: Conversation, spec: MonitorSpec, now: date
         source=record["source"], check=record["check"], on_match=spec.on_match,
         interval_seconds=spec.interval_seconds, max_wakes=spec.max_wakes, status=ACTIVE,
         expires_at=now + timedelta(seconds=spec.ttl_seconds), condition=spec.condition,
-        judge_model=spec.judge_model, created_at=now, updated_at=now, **fields)
+        judge_model=spec.judge_model, note=spec.note, created_at=now, updated_at=now, **fields)
 
 
 _FOR_CHECK = Compiled(lambda monitor_id: Monitor.select(Monitor, Conversation.id, Conversation.external_id)
@@ -143,7 +149,8 @@ def monitor_json(monitor: Monitor) -> dict:
             "next_check_at": iso(monitor.next_check_at) if monitor.status == ACTIVE else None,
             "expires_at": iso(monitor.expires_at), "max_wakes": monitor.max_wakes,
             "baseline": monitor.baseline, "condition": monitor.condition or None,
-            "judge_model": monitor.judge_model or None, "created_at": iso(monitor.created_at)}
+            "judge_model": monitor.judge_model or None, "note": monitor.note or None,
+            "created_at": iso(monitor.created_at)}
 
 
 def _past(action: str) -> str:

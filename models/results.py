@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from peewee import fn
 
 from engine.pipeline import ERROR, FIRED, QUIET, Outcome
-from engine.wake import paused_text, wake_text
+from engine.wake import paused_text, time_text, wake_text
 from models.compiled import Compiled, with_id
 from models.conversations import append_message
 from models.db import database, iso, utcnow
@@ -103,6 +103,20 @@ def _record_change(monitor: Monitor, claim_seq: int, outcome: Outcome, now: date
     return Recorded(True, write_wake(monitor, source, key, text, extra))
 
 
+def fire_time_watch(monitor: Monitor, claim_seq: int, fire_at: datetime, now: datetime) -> Recorded:
+    """A time watch's moment came: it fires once (the unique wake key guards a second claim), and is done."""
+    late = max((now - fire_at).total_seconds(), 0.0)
+    fields = {Monitor.status: DONE, Monitor.fire_count: ONE_MORE, Monitor.wakes_used: ONE_MORE,
+              Monitor.last_changed_at: now, Monitor.updated_at: now}
+    with database.transaction():
+        if not _claimed_update(monitor, claim_seq, fields):
+            return Recorded(False)
+        _NEW_RUN.rowcount(monitor.id, "fired", f"{late:.1f} s late", utcnow())
+        text = time_text(monitor.description, iso(fire_at), late, monitor.on_match)
+        return Recorded(True, write_wake(monitor, "time", "time:fired", text, {"fire_at": iso(fire_at),
+                                                                             "late_seconds": round(late, 1)}))
+
+
 def _state_fields(outcome: Outcome, now: datetime) -> dict:
     return {Monitor.raw_hash: outcome.raw_hash, Monitor.content_hash: outcome.content_hash,
             Monitor.check_state: outcome.verdict.state, Monitor.last_changed_at: now, Monitor.failure_count: 0,
@@ -195,6 +209,9 @@ def write_wake(monitor: Monitor, source: str, dedupe_key: str, text: str, extra:
         return None
     metadata = {"wake": {"source": source, "ref_id": monitor.id, "dedupe_key": dedupe_key},
                 "on_match": monitor.on_match, **extra}
+    if getattr(monitor, "note", ""):
+        text = f"{text}\nYour note, as you wrote it when you armed this monitor:\n{monitor.note}"
+        metadata["note"] = monitor.note
     message = append_message(monitor.conversation_id, "wake", text, metadata)
     _LINK_MESSAGE.rowcount(message.id, wake_id)
     return message

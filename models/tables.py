@@ -99,6 +99,8 @@ class Monitor(BaseModel):
     polled = peewee.BooleanField(default=True)
     #: a command monitor's device (m0008)
     device_id = peewee.IntegerField(null=True, index=True)
+    #: seed 001's note, replayed verbatim in every wake (m0009)
+    note = peewee.TextField(default="")
 
     class Meta:
         table_name = "monitors"

@@ -5,16 +5,17 @@ Each returns the result for the model or raises ToolError with one sentence sayi
 
 from __future__ import annotations
 
-from datetime import datetime
-
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
 from engine.checks.status import canonical
 from engine.crypto import Keyring
 from engine.links import DEFAULT_BASE, unreachable_reason
 from engine.signatures import example_body, example_curl, new_secret
 from engine.pipeline import BASELINE, Outcome, Prior, run_check
+from engine.durations import describe_duration
 from engine.placeholders import values as placeholder_values
+from engine.sources.time_source import fire_time, format_time
 from engine.schedule import next_check_at
 from engine.sources import SourceIO
 from engine.spec import Limits, MonitorSpec, SpecError, channel_refusal, parse_create
@@ -25,7 +26,7 @@ from models.commands import CommandRefused, create_command_monitor, resolve_devi
 from models.triggers import create_link
 from models.monitors import (
     CANCELLED, MonitorNotFound, TransitionRefused, change_status, create_event_monitor, create_monitor,
-    user_monitors,
+    create_time_monitor, user_monitors,
 )
 from models.tables import AWAITING, Conversation, Device, User
 
@@ -84,6 +85,8 @@ def prepare_create(user: User, conversation: Conversation, arguments: object, ct
         return _create_approval(user, conversation, spec, notes, ctx, now)
     if spec.source.type == "command":
         return _create_command(user, conversation, spec, notes, ctx, now)
+    if spec.source.type == "time":
+        return _create_time(user, conversation, spec, notes, ctx, now)
     return Prepared(user.id, conversation.id, spec, notes)
 
 
@@ -146,6 +149,24 @@ def _create_approval(user: User, conversation: Conversation, spec, notes: list[s
         "monitor_id": monitor.id, "status": monitor.status, "approval_url": f"{ctx.app_url}/approve/{token}",
         "options": list(spec.source.options), "expires_at": iso(monitor.expires_at), "notes": notes,
     }
+
+
+def _create_time(user: User, conversation: Conversation, spec, notes: list[str], ctx: CreateContext,
+                 now: datetime):
+    """A time watch: its moment fixed now (a delay from now), within the monitor's lifetime, never in the past."""
+    fire_at = fire_time(spec.source, now)
+    if fire_at <= now:
+        raise ToolError(f"source.fire_at {format_time(fire_at)} has already passed (it is {format_time(now)} now); "
+                        "give a time in the future, or a delay.")
+    expires_at = now + timedelta(seconds=spec.ttl_seconds)
+    if fire_at >= expires_at:
+        raise ToolError(f"The time {format_time(fire_at)} is past the monitor's lifetime (it would expire at "
+                        f"{format_time(expires_at)}); give a longer expires_in, at most "
+                        f"{describe_duration(ctx.limits.max_ttl)}, or an earlier time.")
+    spec = replace(spec, source=replace(spec.source, fire_at=format_time(fire_at), delay=None))
+    monitor = create_time_monitor(user, conversation, spec, now, fire_at)
+    return monitor, {"monitor_id": monitor.id, "status": monitor.status, "fire_at": format_time(fire_at),
+                     "expires_at": iso(monitor.expires_at), "notes": notes}
 
 
 def _create_command(user: User, conversation: Conversation, spec, notes: list[str], ctx: CreateContext,

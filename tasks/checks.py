@@ -6,6 +6,7 @@ import dramatiq
 
 from engine.pipeline import ERROR, FIRED, QUIET, Outcome, Prior, run_check
 from engine.placeholders import values as placeholder_values
+from engine.sources.time_source import parse_time
 from engine.spec import check_from_record, source_from_record
 from models import utcnow
 from models.claims import Claimed, load_claimed
@@ -13,7 +14,7 @@ from models.commands import dispatch_poll
 from models.judging import judge_match
 from models.monitors import load_for_check
 from models.tables import ACTIVE, Monitor
-from models.results import Recorded, pause_and_tell, record_check, record_judge_failure
+from models.results import Recorded, fire_time_watch, pause_and_tell, record_check, record_judge_failure
 from tasks.events import publish_monitor, publish_quiet, publish_work
 from tasks.runtime import Runtime, current
 
@@ -44,6 +45,8 @@ def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded, Mo
     now = utcnow()
     if monitor.source.get("type") == "command":
         return dispatch_command(runtime, monitor, now)
+    if monitor.source.get("type") == "time":
+        return fire_time(runtime, monitor, now)
     prior = Prior(monitor.raw_hash, monitor.content_hash, monitor.state if monitor.state_json else None)
     filled = placeholder_values(now, monitor.prev_checked_at, monitor.last_changed_at)
     outcome = run_check(runtime.source_io(), source_from_record(monitor.source), check_from_record(monitor.check),
@@ -64,6 +67,15 @@ def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded, Mo
         return outcome, record_judge_failure(full, monitor.claim_seq, step.failure, now), full
     return step.outcome, record_check(full, monitor.claim_seq, step.outcome, now, runtime.lifecycle,
                                       unchecked=step.unchecked), full
+
+
+def fire_time(runtime: Runtime, monitor: Claimed, now) -> tuple[Outcome, Recorded, Monitor | None]:
+    """A time watch claimed at (or after) its moment: it fires once, saying how late if Vigil was down."""
+    full = load_for_check(monitor.id)
+    if full is None or full.claim_seq != monitor.claim_seq or full.status != ACTIVE:
+        return Outcome(QUIET), Recorded(False), None
+    recorded = fire_time_watch(full, monitor.claim_seq, parse_time(full.source["fire_at"]), now)
+    return Outcome(FIRED), recorded, full
 
 
 def dispatch_command(runtime: Runtime, monitor: Claimed, now) -> tuple[Outcome, Recorded, Monitor | None]:

@@ -10,12 +10,12 @@ from urllib.parse import urlsplit
 from engine import placeholders
 from engine.content import Content
 from engine.errors import SpecError
-from engine.sources import approval, command, feed, file, json_source, metric, page, webhook
+from engine.sources import approval, command, feed, file, json_source, metric, page, time_source, webhook
 from engine.sources.base import SourceIO, SourcePolicy, SourceSpec
 
 #: source type -> the module that reads and normalizes it
 KINDS = {"page": page, "json": json_source, "feed": feed, "file": file, "metric": metric, "webhook": webhook,
-         "approval": approval, "command": command}
+         "approval": approval, "command": command, "time": time_source}
 SOURCE_TYPES = tuple(KINDS)
 #: the fields read() fills placeholders in; the url's values are percent-encoded
 PLACEHOLDER_FIELDS = ("url", "path", "command")

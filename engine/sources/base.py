@@ -32,6 +32,8 @@ class SourceSpec:
     mode: str | None = None
     #: a command source's device, resolved from `device` when the monitor is created (not an argument)
     device_id: int | None = None
+    fire_at: str | None = None
+    delay: int | None = None
 
 
 @dataclass(frozen=True)
