@@ -60,6 +60,11 @@ class Settings:
     """Longer lifetimes are capped to this, with a note. Default 2592000 (30 days)."""
     MONITOR_MAX_WAKES: int = 20
     """Highest max_wakes a monitor may ask for; more is capped with a note. Default 20."""
+    MONITOR_MAX_ARMED_PER_CONVERSATION: int = 10
+    """Monitors one conversation may have armed (not ended: active, paused or awaiting approval); seed 001's
+    limit. Cancelling one frees its slot at once. Default 10."""
+    MONITOR_MAX_ARMED_PER_ACCOUNT: int = 50
+    """Monitors one account may have armed across its conversations (seed 001). Default 50."""
     FETCH_TIMEOUT_SECONDS: float = 30.0
     """Overall deadline of one fetch. Default 30."""
     FETCH_MAX_BYTES: int = 1024 * 1024

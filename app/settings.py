@@ -10,4 +10,6 @@ def limits_from(settings: Settings) -> Limits:
                   default_ttl=settings.MONITOR_DEFAULT_TTL_SECONDS,
                   max_ttl=settings.MONITOR_MAX_TTL_SECONDS,
                   max_wakes=settings.MONITOR_MAX_WAKES,
-                  max_hits=settings.TRIGGER_MAX_HITS)
+                  max_hits=settings.TRIGGER_MAX_HITS,
+                  max_armed_per_conversation=settings.MONITOR_MAX_ARMED_PER_CONVERSATION,
+                  max_armed_per_account=settings.MONITOR_MAX_ARMED_PER_ACCOUNT)

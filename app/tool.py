@@ -71,8 +71,8 @@ def _call(request: Request, action: str, arguments: dict, context: dict) -> dict
                 return _published(*watch_stop(user, conversation, arguments))
             if action == "start":
                 return _published(*watch_start(user, conversation, arguments, context.get("device"),
-                                               _create_context(), utcnow()))
-            prepared = prepare_create(user, conversation, arguments, _create_context(), utcnow())
+                                               _create_context(), utcnow(), _woken_by(context)))
+            prepared = prepare_create(user, conversation, arguments, _create_context(), utcnow(), _woken_by(context))
             return prepared if isinstance(prepared, Prepared) else _published(*prepared)
         except ToolError as exc:
             return {"ok": False, "error": str(exc)}
@@ -122,6 +122,17 @@ def _parse_body(data: Any) -> tuple[str, dict, dict]:
     if _holds_nul(data):
         raise ValidationException("Text in the call must not contain NUL characters (\\u0000); remove them.")
     return action, arguments, context
+
+
+def _woken_by(context: dict) -> int | None:
+    """context.woken_by: the id of the wake message that started this run (depth-1 chaining)."""
+    value = context.get("woken_by")
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.isascii()
+                                                                   and value.isdigit())):
+        raise ValidationException("context.woken_by must be the id of the wake message that started this run.")
+    return int(value)
 
 
 def _holds_nul(data: Any) -> bool:

@@ -34,6 +34,9 @@ class Limits:
     max_ttl: int = 30 * 86400
     max_wakes: int = 20
     max_hits: int = 10_000
+    #: seed 001's armed-monitor limits
+    max_armed_per_conversation: int = 10
+    max_armed_per_account: int = 50
 
 
 @dataclass(frozen=True)
@@ -49,6 +52,9 @@ class MonitorSpec:
     judge_model: str = ""
     #: seed 001's note: replayed verbatim in every wake
     note: str = ""
+    #: depth-1 chaining: the wake message whose run armed this monitor, and how deep the chain is (0: not woken)
+    parent_message_id: int | None = None
+    depth: int = 0
 
 
 def channel_refusal(channel: str) -> str | None:

@@ -61,7 +61,8 @@ def _create(user: User, conversation: Conversation, spec: MonitorSpec, now: date
         source=record["source"], check=record["check"], on_match=spec.on_match,
         interval_seconds=spec.interval_seconds, max_wakes=spec.max_wakes, status=ACTIVE,
         expires_at=now + timedelta(seconds=spec.ttl_seconds), condition=spec.condition,
-        judge_model=spec.judge_model, note=spec.note, created_at=now, updated_at=now, **fields)
+        judge_model=spec.judge_model, note=spec.note, parent_message_id=spec.parent_message_id, depth=spec.depth,
+        created_at=now, updated_at=now, **fields)
 
 
 _FOR_CHECK = Compiled(lambda monitor_id: Monitor.select(Monitor, Conversation.id, Conversation.external_id)
@@ -150,6 +151,7 @@ def monitor_json(monitor: Monitor) -> dict:
             "expires_at": iso(monitor.expires_at), "max_wakes": monitor.max_wakes,
             "baseline": monitor.baseline, "condition": monitor.condition or None,
             "judge_model": monitor.judge_model or None, "note": monitor.note or None,
+            "lineage": {"depth": monitor.depth, "woken_by": monitor.parent_message_id},
             "created_at": iso(monitor.created_at)}
 
 

@@ -101,6 +101,9 @@ class Monitor(BaseModel):
     device_id = peewee.IntegerField(null=True, index=True)
     #: seed 001's note, replayed verbatim in every wake (m0009)
     note = peewee.TextField(default="")
+    #: depth-1 chaining (m0010): the wake message whose run armed this monitor, and the chain's depth
+    parent_message_id = peewee.IntegerField(null=True)
+    depth = peewee.IntegerField(default=0)
 
     class Meta:
         table_name = "monitors"

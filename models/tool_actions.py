@@ -23,6 +23,7 @@ from models.db import iso, utcnow
 from models.judging import DEFAULT_MODEL, JudgePolicy, resolve_model
 from models.approvals import create_request
 from models.commands import CommandRefused, create_command_monitor, resolve_device
+from models.guardrails import GuardrailRefused, check_armed_limits, with_lineage
 from models.triggers import create_link
 from models.monitors import (
     CANCELLED, MonitorNotFound, TransitionRefused, change_status, create_event_monitor, create_monitor,
@@ -55,6 +56,7 @@ class Prepared:
     conversation_id: int
     spec: MonitorSpec
     notes: list[str]
+    limits: Limits | None = None
 
 
 def monitor_create(user: User, conversation: Conversation, arguments: object, ctx: CreateContext, now: datetime):
@@ -69,14 +71,16 @@ def monitor_create(user: User, conversation: Conversation, arguments: object, ct
 
 
 def prepare_create(user: User, conversation: Conversation, arguments: object, ctx: CreateContext,
-                   now: datetime) -> Prepared | tuple:
+                   now: datetime, woken_by: int | None = None) -> Prepared | tuple:
     """Validate the call. A link monitor needs no first check and is stored now: (monitor, result)."""
     refusal = channel_refusal(conversation.channel)
     if refusal:
         raise ToolError(refusal)
     try:
         spec, notes = parse_create(arguments, ctx.limits, ctx.io.policy)
-    except SpecError as exc:
+        spec = with_lineage(user, spec, woken_by)
+        check_armed_limits(user, conversation, ctx.limits)
+    except (SpecError, GuardrailRefused) as exc:
         raise ToolError(str(exc)) from None
     notes += _judge_notes(spec.condition, spec.judge_model, ctx.judge)
     if spec.source.type == "webhook":
@@ -87,7 +91,7 @@ def prepare_create(user: User, conversation: Conversation, arguments: object, ct
         return _create_command(user, conversation, spec, notes, ctx, now)
     if spec.source.type == "time":
         return _create_time(user, conversation, spec, notes, ctx, now)
-    return Prepared(user.id, conversation.id, spec, notes)
+    return Prepared(user.id, conversation.id, spec, notes, ctx.limits)
 
 
 def first_check(prepared: Prepared, io: SourceIO, max_text_bytes: int, now: datetime) -> Outcome:
@@ -106,6 +110,11 @@ def store_create(prepared: Prepared, outcome: Outcome, checked_at: datetime, now
                                             & (Conversation.user == prepared.user_id))
     if conversation is None:
         raise ToolError("The conversation was removed while the first check ran, so no monitor was created.")
+    if prepared.limits is not None:  # another call may have taken the last slot while this first check ran
+        try:
+            check_armed_limits(conversation.user, conversation, prepared.limits)
+        except GuardrailRefused as exc:
+            raise ToolError(str(exc)) from None
     if _already_holds(spec.check, outcome.verdict.state):
         notes.append("The check already holds now; it fires only after that stops and then starts again, "
                      "so tell the user what it is now.")
@@ -243,7 +252,7 @@ WATCH_PREFIX = "mon_"
 
 
 def watch_start(user: User, conversation: Conversation, arguments: object, context_device: str | None,
-                ctx: CreateContext, now: datetime):
+                ctx: CreateContext, now: datetime, woken_by: int | None = None):
     """action=start: a stream monitor over `command`, labelled `description`. Returns (monitor, result)."""
     if not isinstance(arguments, dict):
         raise ToolError("start needs arguments: command (the watcher) and description (its label).")
@@ -253,7 +262,7 @@ def watch_start(user: User, conversation: Conversation, arguments: object, conte
     device = arguments.get("device") or context_device or _only_device(user)
     source = {"type": "command", "device": device, "command": arguments.get("command"), "mode": "stream"}
     monitor, result = prepare_create(user, conversation, {"description": arguments.get("description"),
-                                                          "source": source}, ctx, now)
+                                                          "source": source}, ctx, now, woken_by)
     watch_id = WATCH_PREFIX + monitor.id
     if monitor.status == AWAITING:
         message = (f"Monitor {watch_id} is waiting: the user must approve running this command on "

@@ -198,7 +198,7 @@ def test_schema_examples_are_accepted(client, owner, pages):
     with db():  # the command examples run on a paired device named laptop, one that needs no approval
         device, _ = add_device(owner[0], "laptop", utcnow())
         Device.update(approval_mode="full").where(Device.id == device.id).execute()
-    for example in load()["examples"]:
+    for n, example in enumerate(load()["examples"]):
         arguments = json.loads(json.dumps(example["arguments"]).replace("{base}", pages.base))
-        body = tool(client, owner[1], example["action"], arguments).json()
+        body = tool(client, owner[1], example["action"], arguments, conversation=f"example-{n}").json()
         assert body["ok"] is True, (example, body)

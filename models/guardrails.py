@@ -1,0 +1,48 @@
+"""Seed 001's guardrails on arming a monitor: armed monitors per conversation and per account, and depth-1
+chaining (a run woken by a monitor may arm one more; that one's wake may arm none)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from engine.spec import Limits, MonitorSpec
+from models.tables import NOT_ENDED, Conversation, Monitor, User, Wake
+
+#: a monitor armed by a woken run has depth 1; a run it wakes may arm nothing more
+MAX_DEPTH = 1
+
+
+class GuardrailRefused(ValueError):
+    """A monitor that can't be armed now; str() is the sentence for the model."""
+
+
+def check_armed_limits(user: User, conversation: Conversation, limits: Limits) -> None:
+    """Refuse a new monitor past the conversation's or the account's armed limit, naming it."""
+    armed = Monitor.select().where(Monitor.status.in_(NOT_ENDED))
+    in_conversation = armed.where(Monitor.conversation == conversation).count()
+    if in_conversation >= limits.max_armed_per_conversation:
+        raise GuardrailRefused(f"This conversation already has {in_conversation} armed monitors, the most it may have "
+                               f"({limits.max_armed_per_conversation}); cancel one with monitor_cancel and its slot "
+                               "frees at once.")
+    in_account = armed.where(Monitor.user == user).count()
+    if in_account >= limits.max_armed_per_account:
+        raise GuardrailRefused(f"This account already has {in_account} armed monitors, the most it may have "
+                               f"({limits.max_armed_per_account}); cancel one (monitor_list shows this conversation's) "
+                               "and its slot frees at once.")
+
+
+def with_lineage(user: User, spec: MonitorSpec, woken_by: int | None) -> MonitorSpec:
+    """The spec with the wake that armed it; refused when that wake came from a monitor a woken run armed."""
+    if woken_by is None:
+        return spec
+    parent = (Wake.select(Wake.message, Monitor.depth).join(Monitor)
+              .where((Wake.message == woken_by) & (Monitor.user == user)).first())
+    if parent is None:
+        raise GuardrailRefused(f"context.woken_by {woken_by} is not a wake of this account; pass the id of the wake "
+                               "message that started this run, or leave it out.")
+    depth = parent.monitor.depth + 1
+    if depth > MAX_DEPTH:
+        raise GuardrailRefused("This run was woken by a monitor that a woken run armed; monitors chain one level "
+                               "deep, so no further monitor can be armed from here. Tell the user what you found "
+                               "instead.")
+    return replace(spec, parent_message_id=woken_by, depth=depth)
