@@ -379,8 +379,9 @@ def _audit(monitor: Monitor, device: Device, source: dict, decision: str) -> Non
 
 
 def _audit_finished(run: CommandRun, monitor: Monitor | None, code: int | None, reason: str) -> None:
+    approval = CommandApproval.get_or_none(CommandApproval.monitor == run.monitor_id)
     detail = {"device_id": run.device_id, "run_id": run.id, "command": run.command, "mode": run.kind,
-              "exit_code": code, "reason": reason}
+              "decision": approval.decision if approval else "full", "exit_code": code, "reason": reason}
     user = monitor.user_id if monitor is not None else Monitor.get_by_id(run.monitor_id).user_id
     AuditEvent.create(user=user, action="command.finished", monitor=run.monitor_id,
                       detail=json.dumps(detail, ensure_ascii=False))

@@ -3,13 +3,15 @@ run's result — and that every refusal leaves the database as it was."""
 
 from __future__ import annotations
 
+import json
+
 from datetime import timedelta
 
 import pytest
 
 from models import utcnow
 from models.devices import add_device, create_pairing_code
-from models.tables import CommandRun, Device, Message, Monitor, PairingCode, RunRecord
+from models.tables import AuditEvent, CommandRun, Device, Message, Monitor, PairingCode, RunRecord
 from tests.integration.helpers import db, login, tool, wakes
 
 TAIL = "tail -F /var/log/app.log"
@@ -376,6 +378,9 @@ def test_exit_record_ends_the_watch_with_one_wake(client, owner):
     with db():
         ended = CommandRun.get_by_id(run.id)
         assert (ended.status, ended.exit_code, ended.end_reason) == ("done", 2, "exited")
+        [audited] = [json.loads(e.detail) for e in AuditEvent.select().where(AuditEvent.action == "command.finished")]
+        assert (audited["device_id"], audited["command"], audited["mode"]) == (ended.device_id, ended.command, "stream")
+        assert (audited["decision"], audited["exit_code"]) == ("full", 2)
     assert send(client, token, run.id, exited(3, 2)).json() == {"acked": 3}, "a resent exit is a no-op"
     assert len(wakes(created["monitor_id"])) == 2
 
