@@ -18,7 +18,6 @@ from litestar.exceptions import ClientException, NotAuthorizedException, Validat
 from litestar.params import FromPath, FromQuery, JSONBody
 
 from app.auth import bearer_token
-from engine.sources.command import MAX_TIMEOUT_SECONDS
 from models import connection, utcnow
 from models.commands import MAX_RECORDS_PER_POST, RecordRefused, store_records, store_result, work_for
 from models.devices import AnotherRunner, PairingError, check_in, device_for_token, pair
@@ -59,9 +58,8 @@ class RunnerController(Controller):
 
     @get("/poll")
     async def poll(self, request: Request, wait: FromQuery[int] = 25) -> Response:
-        device_id, user_id = await sync_to_thread(_check_in, request)
+        device_id, user_id, work = await sync_to_thread(_check_in, request)
         hold = min(max(wait, 0), current().settings.RUNNER_POLL_SECONDS)
-        work = await sync_to_thread(_work, device_id)
         if _has(work) or hold == 0:
             return _answer(work)
         return _answer(await _wait_for_work(device_id, user_id, hold))
@@ -94,7 +92,8 @@ def _device(request: Request):
     return device
 
 
-def _check_in(request: Request) -> tuple[int, int]:
+def _check_in(request: Request) -> tuple[int, int, dict]:
+    """The heartbeat and the work waiting, in one unit: (device id, its owner's id, the work)."""
     session = request.headers.get("x-vigil-session", "").strip()
     if not session or len(session) > 64:
         raise ValidationException("Send X-Vigil-Session: the runner's session id (from its state directory).")
@@ -105,22 +104,14 @@ def _check_in(request: Request) -> tuple[int, int]:
                                    current().presence)
         except AnotherRunner:
             raise ClientException(status_code=409, detail=ANOTHER_RUNNER) from None
-    if came_online:  # the whole list: a device just paired shows up even if its pairing event was missed
-        with connection():
+        if came_online:  # the whole list: a device just paired shows up even if its pairing event was missed
             publish_device(device, listing=True)
-    return device.id, device.user_id
+        return device.id, device.user_id, _work(device.id)
 
 
 def _work(device_id: int) -> dict:
-    from models.tables import Device
-
     with connection():
-        assignments, stops = work_for(Device(id=device_id))
-    settings = current().settings
-    for assignment in assignments:
-        if assignment["kind"] == "poll":  # a stream runs until it exits or is stopped
-            assignment["max_output_bytes"] = settings.FETCH_MAX_TEXT_BYTES
-            assignment["timeout"] = assignment["timeout"] or MAX_TIMEOUT_SECONDS
+        assignments, stops = work_for(device_id, current().settings.FETCH_MAX_TEXT_BYTES)
     return {"assignments": assignments, "stops": stops}
 
 

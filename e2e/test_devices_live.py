@@ -21,7 +21,8 @@ from playwright.sync_api import Page, expect
 
 from e2e.browser import (LIVE, assert_not_reloaded, log_in, mark_event_stream_open, open_conversation,
                          watch_for_reloads)
-from tests.processes import VIGIL, start, stop, vigil
+from tests.integration.helpers import wait_for
+from tests.processes import VIGIL, processes_with, start, stop, vigil
 
 pytestmark = pytest.mark.e2e
 
@@ -45,29 +46,7 @@ def api_device(stack, name: str) -> dict | None:
 
 
 def wait(predicate, message: str, seconds: float = 30):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(message)
-
-
-def processes_with(marker: str) -> list[tuple[int, int]]:
-    """(pid, pgid) of every live process whose command line holds `marker`, this test process aside (tmp_path
-    itself holds "pytest", so the test's own command line can't be told apart by that)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if marker in cmdline:
-                found.append((int(entry), os.getpgid(int(entry))))
-        except (OSError, ProcessLookupError):
-            continue
-    return found
+    return wait_for(predicate, seconds, message)
 
 
 class Runner:

@@ -125,21 +125,24 @@ def _bound(approval: CommandApproval, source: dict) -> bool:
             and approval.cwd == source.get("cwd") and approval.mode == source.get("mode"))
 
 
-def approval_for(monitor_id: str) -> CommandApproval | None:
-    return CommandApproval.get_or_none(CommandApproval.monitor == monitor_id)
-
-
 def start_stream(monitor: Monitor, device: Device, now: datetime) -> CommandRun | None:
     """A run for the stream's watcher; the denylist is checked again on the command as it will run."""
     command = filled_command(monitor, now)
-    pattern = refused_by(command, device.denylist or [])
-    if pattern:
-        pause_and_tell(monitor, monitor.claim_seq, f"The device {device.name!r} refused the command: it matches the "
-                       f"denylist pattern {pattern!r}.", now)
+    refusal = _refusal(device, command)
+    if refusal:
+        pause_and_tell(monitor, monitor.claim_seq, refusal, now)
         return None
     return CommandRun.create(id=uuid.uuid4().hex, device=device, monitor=monitor.id, kind="stream", command=command,
                              cwd=monitor.source.get("cwd"), status=PENDING, claim_seq=monitor.claim_seq,
                              created_at=now)
+
+
+def _refusal(device: Device, command: str) -> str | None:
+    """Why the device refuses the command as it runs now (the denylist is read again every time), or None."""
+    pattern = refused_by(command, device.denylist or [])
+    if pattern is None:
+        return None
+    return f"The device {device.name!r} refused the command: it matches the denylist pattern {pattern!r}."
 
 
 def restart_stream(monitor_id: str, now: datetime) -> CommandRun | None:
@@ -173,10 +176,9 @@ def dispatch_poll(monitor: Monitor, claim_seq: int, now: datetime, presence: Pre
         return Dispatch(paused=pause_and_tell(monitor, claim_seq, "Its device was revoked or removed, so its "
                                               "command can't run any more.", now))
     command = filled_command(monitor, now)
-    pattern = refused_by(command, device.denylist or [])
-    if pattern:
-        return Dispatch(paused=pause_and_tell(monitor, claim_seq, f"The device {device.name!r} refused the command: "
-                                              f"it matches the denylist pattern {pattern!r}.", now))
+    refusal = _refusal(device, command)
+    if refusal:
+        return Dispatch(paused=pause_and_tell(monitor, claim_seq, refusal, now))
     if not is_online(device, now, presence):
         return Dispatch(unreachable=f"The device {device.name!r} is offline (its runner is not connected).")
     if CommandRun.select().where((CommandRun.monitor == monitor.id) & CommandRun.status.in_(UNFINISHED)).exists():
@@ -188,16 +190,17 @@ def dispatch_poll(monitor: Monitor, claim_seq: int, now: datetime, presence: Pre
     return Dispatch(run=run)
 
 
-def work_for(device: Device) -> tuple[list[dict], list[str]]:
-    """The device's assignments (runs not started yet) and stop orders."""
-    runs = list(CommandRun.select().where((CommandRun.device == device) & CommandRun.status.in_((PENDING, STOPPING)))
+def work_for(device_id: int, max_output_bytes: int) -> tuple[list[dict], list[str]]:
+    """The device's assignments (runs not started yet) and stop orders. A polled run carries its timeout and
+    how much output to send; a stream runs until it exits or is stopped, so it carries neither."""
+    runs = list(CommandRun.select().where((CommandRun.device == device_id) & CommandRun.status.in_((PENDING, STOPPING)))
                 .order_by(CommandRun.created_at).limit(100))
     pending = [r for r in runs if r.status == PENDING]
     unsent = [r.id for r in pending if r.sent_at is None]
     if unsent:
         CommandRun.update(sent_at=utcnow()).where(CommandRun.id.in_(unsent) & CommandRun.sent_at.is_null()).execute()
-    assignments = [{"run_id": r.id, "kind": r.kind, "command": r.command, "cwd": r.cwd,
-                    "timeout": r.timeout, "max_output_bytes": None} for r in pending]
+    assignments = [{"run_id": r.id, "kind": r.kind, "command": r.command, "cwd": r.cwd, "timeout": r.timeout,
+                    "max_output_bytes": max_output_bytes if r.kind == "poll" else None} for r in pending]
     return assignments, [r.id for r in runs if r.status == STOPPING]
 
 

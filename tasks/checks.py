@@ -46,7 +46,7 @@ def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded, Mo
     if monitor.source.get("type") == "command":
         return dispatch_command(runtime, monitor, now)
     if monitor.source.get("type") == "time":
-        return fire_time(runtime, monitor, now)
+        return check_time_watch(runtime, monitor, now)
     prior = Prior(monitor.raw_hash, monitor.content_hash, monitor.state if monitor.state_json else None)
     filled = placeholder_values(now, monitor.prev_checked_at, monitor.last_changed_at)
     outcome = run_check(runtime.source_io(), source_from_record(monitor.source), check_from_record(monitor.check),
@@ -69,7 +69,7 @@ def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded, Mo
                                       unchecked=step.unchecked), full
 
 
-def fire_time(runtime: Runtime, monitor: Claimed, now) -> tuple[Outcome, Recorded, Monitor | None]:
+def check_time_watch(runtime: Runtime, monitor: Claimed, now) -> tuple[Outcome, Recorded, Monitor | None]:
     """A time watch claimed at (or after) its moment: it fires once, saying how late if Vigil was down."""
     full = load_for_check(monitor.id)
     if full is None or full.claim_seq != monitor.claim_seq or full.status != ACTIVE:

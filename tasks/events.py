@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from models.conversations import is_watching, message_json
 from models.db import utcnow
+from models.devices import device_json
 from models.monitors import event_payload
 from tasks.runtime import current
 
@@ -47,8 +48,6 @@ def publish_work(user_id: int, device_ids: list[int]) -> None:
 def publish_device(device, listing: bool = False) -> None:
     """device.updated, for Settings → Devices: online or offline, last seen, what it runs; `listing` when the
     device was just paired or revoked (the page's list itself changes)."""
-    from models.devices import device_json
-
     runtime = current()
     data = {**device_json(device, utcnow(), runtime.presence), "listing": listing}
     runtime.bus.publish(device.user_id, "device.updated", data)

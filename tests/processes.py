@@ -74,3 +74,28 @@ def terminate(process: subprocess.Popen, timeout: float = 15) -> int:
         except subprocess.TimeoutExpired:
             pass
     return stop(process)
+
+
+def processes_with(marker: str) -> list[tuple[int, int]]:
+    """(pid, pgid) of every live process whose command line holds `marker`, this test process aside (a tmp_path
+    marker is in pytest's own arguments too)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if marker in cmdline:
+                found.append((int(entry), os.getpgid(int(entry))))
+        except (OSError, ProcessLookupError):
+            continue
+    return found
+
+
+def group_gone(pgid: int) -> bool:
+    """Whether no process of the group is left (a killed group whose members were all reaped)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return True
+    return False

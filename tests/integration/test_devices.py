@@ -18,7 +18,9 @@ from models.tables import Monitor
 from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
 from tests.integration.conftest import _account
 from tests.integration.helpers import db, wait_for
-from tests.processes import VIGIL, free_port, start, stop, terminate, vigil, wait_healthy
+from tests.processes import (
+    VIGIL, free_port, group_gone, processes_with, start, stop, terminate, vigil, wait_healthy,
+)
 from tests.proxy import RoundRobinProxy
 
 PASSWORD = "a-device-test-password"
@@ -122,29 +124,6 @@ def wait(predicate, message: str, seconds: float = 30):
     return wait_for(predicate, seconds, message)
 
 
-def processes_with(marker: str) -> list[tuple[int, int]]:
-    """(pid, pgid) of every live process whose command line holds `marker`."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            if marker in cmdline and "pytest" not in cmdline:
-                found.append((int(entry), os.getpgid(int(entry))))
-        except (OSError, ProcessLookupError):
-            continue
-    return found
-
-
-def group_gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
 def test_stream_watcher_wakes_on_error_lines_and_cancel_kills_its_group(owner, stack, tmp_path):
     owner.pair("laptop")
     log = tmp_path / "app.log"
@@ -154,7 +133,7 @@ def test_stream_watcher_wakes_on_error_lines_and_cancel_kills_its_group(owner, s
         "command": "tail -F app.log | grep --line-buffered ERROR"}})
     assert created["ok"] is True and created["result"]["status"] == "active", created
     monitor_id = created["result"]["monitor_id"]
-    groups = wait(lambda: processes_with(str(tmp_path)) or processes_with("tail -F app.log"), "the watcher never ran")
+    groups = wait(lambda: processes_with("tail -F app.log"), "the watcher never ran")
     with log.open("a") as fh:
         fh.write("INFO all good\nERROR disk full\nINFO still fine\n")
     first = wait(lambda: owner.wakes(), "no wake for the ERROR line")
