@@ -81,6 +81,14 @@ class Settings:
     failures in a row after which a match wakes unchecked. Default 3."""
     MONITOR_MAX_WAKES_PER_HOUR: int = 10
     """A monitor that would wake its conversation more often than this in an hour is paused. Default 10."""
+    MONITOR_MAX_FIRES_PER_CONVERSATION_DAY: int = 20
+    """Seed 001: wakes that fire (not notices) per conversation in any 24 hours. The monitor whose fire would go
+    past it ends in `error` and says so once; it does not resume the next day. Default 20."""
+    DOCUMENT_MAX_BYTES: int = 1024 * 1024
+    """The largest document PUT /api/documents stores, as canonical JSON; over it is 413. Default 1 MiB."""
+    DOCUMENT_SWEEP_SECONDS: int = 300
+    """How often a document watch reads its document again without a write: for conditions that read `now`, and
+    in case a write's check message was lost. Default 300 (5 minutes)."""
     MONITOR_JUDGE_TOKEN_BUDGET: int = 200_000
     """Most judge tokens one monitor may spend; past it the monitor pauses. Default 200000."""
     JUDGE_BASE_URL: str = ""

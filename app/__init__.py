@@ -17,6 +17,7 @@ from app.approvals import ApprovalsController
 from app.capacity import install_lanes, lanes_middleware
 from app.conversations_api import ConversationsController
 from app.devices import DevicesController
+from app.documents import DocumentsController
 from app.runner import RunnerController
 from app.events import EventsController
 from app.models_page import ModelsController
@@ -79,7 +80,7 @@ def create_app(settings: Settings) -> Litestar:
     return Litestar(
         route_handlers=[ToolController, ConversationsController, MonitorsController, EventsController,
                         PagesController, ModelsController, TriggersController, ApprovalsController, healthz,
-                        DevicesController, RunnerController,
+                        DevicesController, RunnerController, DocumentsController,
                         create_static_files_router(path="/static", directories=[STATIC])],
         middleware=[lanes_middleware, session.middleware],
         exception_handlers={**unavailable.HANDLERS, RequestEntityTooLarge: _too_large(settings.API_MAX_BODY_BYTES)},

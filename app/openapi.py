@@ -84,6 +84,7 @@ _MEANINGS = {
     405: "The method does nothing here.",
     409: "The change conflicts with the current state (already decided, already cancelled...).",
     410: "The request has expired.",
+    412: "A precondition failed: If-Match names another version (read it again), or If-None-Match: * found one.",
     413: "The body is over the size limit.",
     429: "Too many requests; slow down.",
     503: "The database or Redis did not answer (a restart, say); send the same request again after Retry-After.",

@@ -12,4 +12,5 @@ def limits_from(settings: Settings) -> Limits:
                   max_wakes=settings.MONITOR_MAX_WAKES,
                   max_hits=settings.TRIGGER_MAX_HITS,
                   max_armed_per_conversation=settings.MONITOR_MAX_ARMED_PER_CONVERSATION,
-                  max_armed_per_account=settings.MONITOR_MAX_ARMED_PER_ACCOUNT)
+                  max_armed_per_account=settings.MONITOR_MAX_ARMED_PER_ACCOUNT,
+                  document_sweep=settings.DOCUMENT_SWEEP_SECONDS)

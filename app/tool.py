@@ -21,6 +21,9 @@ from app.capacity import Busy, create_gate
 from app.openapi import TOOL_CALL, ToolReply, errors
 from engine.links import app_base, public_base
 from app.settings import limits_from
+from engine.sources import DOCUMENT_SOURCES
+from models.tables import ACTIVE
+from tasks.checks import queue_claims
 from tasks.events import publish_monitor
 from tasks.runtime import current
 
@@ -73,7 +76,10 @@ def _call(request: Request, action: str, arguments: dict, context: dict) -> dict
                 return _published(*watch_start(user, conversation, arguments, context.get("device"),
                                                _create_context(), utcnow(), _woken_by(context)))
             prepared = prepare_create(user, conversation, arguments, _create_context(), utcnow(), _woken_by(context))
-            return prepared if isinstance(prepared, Prepared) else _published(*prepared)
+            if isinstance(prepared, Prepared):
+                return prepared
+            _queue_first_check(prepared[0])
+            return _published(*prepared)
         except ToolError as exc:
             return {"ok": False, "error": str(exc)}
 
@@ -85,6 +91,12 @@ def _store(request: Request, prepared: Prepared, outcome, checked_at) -> dict:
             return _published(*store_create(prepared, outcome, checked_at, utcnow()))
         except ToolError as exc:
             return {"ok": False, "error": str(exc)}
+
+
+def _queue_first_check(monitor) -> None:
+    """A document watch is checked at once (its condition may hold already); the rest wait for their time."""
+    if (monitor.source or {}).get("type") in DOCUMENT_SOURCES and monitor.status == ACTIVE:
+        queue_claims([(monitor.id, monitor.claim_seq)], utcnow())
 
 
 def _published(monitor, result: dict) -> dict:

@@ -8,6 +8,7 @@ from engine.checks import CheckSpec, parse_check
 from engine.durations import describe_duration, parse_duration
 from engine.errors import SpecError
 from engine.sources import SOURCE_TYPES, SourcePolicy, SourceSpec, parse_source
+from engine.sources.ingest import CONDITION as INGEST_CONDITION
 
 __all__ = ["SOURCE_TYPES", "SourcePolicy", "SourceSpec", "SpecError", "parse_check", "parse_source"]
 
@@ -37,6 +38,8 @@ class Limits:
     #: seed 001's armed-monitor limits
     max_armed_per_conversation: int = 10
     max_armed_per_account: int = 50
+    #: how often a document watch is read again without a write (DOCUMENT_SWEEP_SECONDS)
+    document_sweep: int = 300
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,10 @@ def parse_create(arguments: object, limits: Limits,
         spec = _stream_spec(spec, arguments)
     if spec.source.type == "time":
         spec = _time_spec(spec, arguments, notes)
+    if spec.source.type == "document":
+        spec = _document_spec(spec, arguments, limits, notes)
+    if spec.source.type == "ingest":
+        spec = _ingest_spec(spec, arguments, limits, notes)
     if spec.check.value_path and spec.source.type == "page":
         raise SpecError("check.value_path reads JSON; on a page source leave it out and the first number in the text is read.")
     return spec, notes
@@ -152,7 +159,40 @@ def _time_spec(spec: MonitorSpec, arguments: dict, notes: list[str]) -> MonitorS
     if ignored:
         notes.append(f"A time watch takes no {' or '.join(ignored)}: it fires once at its time, so "
                      f"{'it was' if len(ignored) == 1 else 'they were'} ignored.")
-    return replace(spec, check=CheckSpec(type="every_call"), condition="", judge_model="", max_wakes=1)
+    return replace(spec, check=CheckSpec(type="every_call"), condition="", judge_model="", max_wakes=1,
+                   interval_seconds=TIME_RETRY_SECONDS)
+
+
+#: a time watch whose check message was lost (a worker killed mid-fire) is claimed again this soon
+TIME_RETRY_SECONDS = 30
+
+
+def _document_spec(spec: MonitorSpec, arguments: dict, limits: Limits, notes: list[str]) -> MonitorSpec:
+    """A document watch waits for a CEL condition over `doc`: checked on every write of the document, and read
+    again every document_sweep (for conditions that read `now`, and in case a write's check was lost)."""
+    if spec.check.type != "cel" or arguments.get("check") is None:
+        raise SpecError("A document watch needs check {\"type\": \"cel\", \"expr\": …} over doc, e.g. "
+                        "has(doc.status) && doc.status == 'done'.")
+    if spec.condition or spec.judge_model:
+        raise SpecError("A document watch decides with its CEL check alone; take condition and judge_model out.")
+    return replace(spec, interval_seconds=_document_interval(arguments, limits, notes))
+
+
+def _ingest_spec(spec: MonitorSpec, arguments: dict, limits: Limits, notes: list[str]) -> MonitorSpec:
+    """The job's ending (status done or failed) is the event: a check or condition given anyway is ignored."""
+    ignored = [name for name in ("check", "condition", "judge_model") if arguments.get(name) is not None]
+    if ignored:
+        notes.append(f"An ingest watch takes no {' or '.join(ignored)}: the job ending (status done or failed) is "
+                     f"the event, so {'it was' if len(ignored) == 1 else 'they were'} ignored.")
+    return replace(spec, check=CheckSpec(type="cel", expr=INGEST_CONDITION), condition="", judge_model="", max_wakes=1,
+                   interval_seconds=_document_interval(arguments, limits, notes))
+
+
+def _document_interval(arguments: dict, limits: Limits, notes: list[str]) -> int:
+    if arguments.get("interval") is not None:
+        notes.append(f"A document is checked each time it is written (and read again every "
+                     f"{describe_duration(limits.document_sweep)}), so interval was ignored.")
+    return limits.document_sweep
 
 
 #: what may filter a stream's lines: a regex, or CEL over `line`

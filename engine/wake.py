@@ -83,3 +83,9 @@ def _late(seconds: float) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f} minutes"
     return f"{seconds / 3600:.1f} hours"
+
+
+def ended_text(description: str, reason: str) -> str:
+    """Seed 001's error path: the monitor has stopped for good."""
+    return (f"Monitor stopped with an error: {description}. {clean_found(reason)} It watches nothing more and "
+            "will not resume; tell the user, and arm a new monitor if it still matters.")

@@ -16,7 +16,9 @@ from engine.wake import clean_found, paused_text
 from models.db import database, utcnow
 from models.devices import Presence, find_device, is_online
 from models.monitors import create_event_monitor, load_for_check
-from models.results import Lifecycle, pause_and_tell, wakes_in_last_hour, write_wake
+from models.results import (
+    Lifecycle, daily_cap_reason, end_in_error, over_daily_cap, pause_and_tell, wakes_in_last_hour, write_wake,
+)
 from models.runs import PENDING, RUNNING, STOPPING, UNFINISHED
 from models.tables import (
     ACTIVE, AWAITING, CANCELLED, DONE, PAUSED, AuditEvent, CommandApproval, CommandRun, Conversation, Device, Monitor,
@@ -274,7 +276,14 @@ def _store_one(run: CommandRun, monitor: Monitor, record: dict, now: datetime, l
 
 def _wake(run: CommandRun, monitor: Monitor, seq: int, text: str, now: datetime, life: Lifecycle, stored: Stored,
           extra: dict) -> None:
-    """One wake per record that wakes; past MONITOR_MAX_WAKES_PER_HOUR the watch pauses and says so."""
+    """One wake per record that wakes; past MONITOR_MAX_WAKES_PER_HOUR the watch pauses and says so, past the
+    conversation's fires for the day it ends in error."""
+    if over_daily_cap(monitor, now, life):
+        recorded = end_in_error(monitor, monitor.claim_seq, daily_cap_reason(life, clean_found(text)[:500]), now)
+        stored.woke.append(recorded.woke)
+        run.status = STOPPING
+        stored.stopped_devices.append(run.device_id)
+        return
     if wakes_in_last_hour(monitor.id, now) >= life.max_wakes_per_hour:
         reason = (f"Its watcher would have woken you more than {life.max_wakes_per_hour} times in an hour, so it "
                   f"was stopped; the latest output was: {clean_found(text)[:500]}")

@@ -12,6 +12,7 @@ from engine.wake import expired_text
 from models.claims import Claimed
 from models.compiled import Compiled
 from models.db import database, iso, utcnow
+from models.documents import watch_key
 from models.results import write_wake
 from models.runs import stop_runs
 from models.triggers import revoke
@@ -46,6 +47,14 @@ def create_time_monitor(user: User, conversation: Conversation, spec: MonitorSpe
                         fire_at: datetime) -> Monitor:
     """A time watch: due exactly at its time (no jitter), when the scheduler claims it and it fires once."""
     return _create(user, conversation, spec, now, next_check_at=fire_at, check_state={})
+
+
+def create_document_monitor(user: User, conversation: Conversation, spec: MonitorSpec, now: datetime) -> Monitor:
+    """A document watch: nothing is read at create (the condition is parse-checked only); its first check is
+    queued at once by the caller (claim 1), and a condition that already holds fires then."""
+    return _create(user, conversation, spec, now, next_check_at=now + timedelta(seconds=spec.interval_seconds),
+                   check_state={"holds": False}, claim_seq=1, check_count=1, last_checked_at=now,
+                   watch_key=watch_key(user.id, spec.source.item_type, spec.source.item_id))
 
 
 def create_event_monitor(user: User, conversation: Conversation, spec: MonitorSpec, now: datetime) -> Monitor:

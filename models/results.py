@@ -8,12 +8,13 @@ from datetime import datetime, timedelta
 from peewee import fn
 
 from engine.pipeline import ERROR, FIRED, QUIET, Outcome
-from engine.wake import paused_text, time_text, wake_text
+from engine.sources import DOCUMENT_SOURCES
+from engine.wake import ended_text, paused_text, time_text, wake_text
 from models.compiled import Compiled, with_id
 from models.conversations import append_message
 from models.db import database, iso, utcnow
 from models.runs import stop_runs
-from models.tables import ACTIVE, DONE, PAUSED, Monitor, MonitorRun, Wake
+from models.tables import ACTIVE, DONE, ERROR, PAUSED, Monitor, MonitorRun, Wake
 
 #: a field's new value in _claimed_update: one more than it was
 ONE_MORE = object()
@@ -25,6 +26,8 @@ class Lifecycle:
     unreachable_grace_seconds: int = 6 * 3600
     autopause_failures: int = 3
     max_wakes_per_hour: int = 10
+    #: seed 001: fires per conversation in any 24 hours; the monitor whose fire is past it ends in error
+    max_fires_per_conversation_day: int = 20
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,8 @@ class Recorded:
 
 
 def record_check(monitor, claim_seq: int, outcome: Outcome, now: datetime,
-                 life: Lifecycle = Lifecycle(), unchecked: bool = False, source: str = "monitor") -> Recorded:
+                 life: Lifecycle = Lifecycle(), unchecked: bool = False, source: str = "monitor",
+                 wake_extra: dict | None = None) -> Recorded:
     """Store what a check found beyond "unchanged", if its claim still holds.
 
     A quiet check writes nothing here unless it must clear an error or remember new raw bytes; it takes the
@@ -47,7 +51,7 @@ def record_check(monitor, claim_seq: int, outcome: Outcome, now: datetime,
     with database.transaction():  # inside a caller's transaction, part of it (no savepoint round trips)
         if outcome.kind == ERROR:
             return _record_error(monitor, claim_seq, outcome, now, life)
-        return _record_change(monitor, claim_seq, outcome, now, life, unchecked, source)
+        return _record_change(monitor, claim_seq, outcome, now, life, unchecked, source, wake_extra or {})
 
 
 def _record_quiet(monitor, claim_seq: int, outcome: Outcome) -> Recorded:
@@ -70,6 +74,9 @@ def _record_error(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datet
                                   f"({outcome.error.rstrip('.')}).", now)
         fields = {Monitor.unreachable_since: since, Monitor.last_error: outcome.error, Monitor.updated_at: now}
         return Recorded(_claimed_update(monitor, claim_seq, fields))
+    if monitor.failure_count + 1 >= life.autopause_failures and (monitor.source or {}).get("type") in DOCUMENT_SOURCES:
+        return end_in_error(monitor, claim_seq, f"Its condition failed to evaluate {monitor.failure_count + 1} "
+                            f"times in a row; last: {outcome.error}", now)
     if monitor.failure_count + 1 >= life.autopause_failures:
         return pause_and_tell(monitor, claim_seq, f"The check failed {monitor.failure_count + 1} times in a row; "
                               f"last: {outcome.error}", now)
@@ -79,9 +86,11 @@ def _record_error(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datet
 
 
 def _record_change(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datetime, life: Lifecycle,
-                   unchecked: bool, source: str) -> Recorded:
+                   unchecked: bool, source: str, wake_extra: dict) -> Recorded:
     verdict = outcome.verdict
     fired = outcome.kind == FIRED
+    if fired and over_daily_cap(monitor, now, life):
+        return end_in_error(monitor, claim_seq, daily_cap_reason(life, verdict.found), now)
     if fired and wakes_in_last_hour(monitor.id, now) >= life.max_wakes_per_hour:
         reason = (f"It would have woken you more than {life.max_wakes_per_hour} times in an hour; "
                   f"the latest finding was: {verdict.found}")
@@ -99,13 +108,18 @@ def _record_change(monitor: Monitor, claim_seq: int, outcome: Outcome, now: date
         return recorded
     key = f"{monitor.check['type']}:{fire_number}:{verdict.fact}"
     text = wake_text(monitor.description, verdict.found, monitor.on_match, last=last, unchecked=unchecked)
-    extra = {"found": verdict.found, "checked_against_condition": bool(monitor.condition) and not unchecked}
+    extra = {"found": verdict.found, "checked_against_condition": bool(monitor.condition) and not unchecked,
+             **wake_extra}
     return Recorded(True, write_wake(monitor, source, key, text, extra))
 
 
-def fire_time_watch(monitor: Monitor, claim_seq: int, fire_at: datetime, now: datetime) -> Recorded:
+def fire_time_watch(monitor: Monitor, claim_seq: int, fire_at: datetime, now: datetime,
+                    life: Lifecycle = Lifecycle()) -> Recorded:
     """A time watch's moment came: it fires once (the unique wake key guards a second claim), and is done."""
     late = max((now - fire_at).total_seconds(), 0.0)
+    if over_daily_cap(monitor, now, life):
+        with database.transaction():
+            return end_in_error(monitor, claim_seq, daily_cap_reason(life, f"the time {iso(fire_at)} came"), now)
     fields = {Monitor.status: DONE, Monitor.fire_count: ONE_MORE, Monitor.wakes_used: ONE_MORE,
               Monitor.last_changed_at: now, Monitor.updated_at: now}
     with database.transaction():
@@ -135,6 +149,40 @@ def pause_and_tell(monitor: Monitor, claim_seq: int, reason: str, now: datetime,
     text = paused_text(monitor.description, reason)
     return Recorded(True, write_wake(monitor, "monitor_paused", f"paused:{claim_seq}", text, {"reason": reason}),
                     paused=True)
+
+
+def end_in_error(monitor: Monitor, claim_seq: int, reason: str, now: datetime) -> Recorded:
+    """Seed 001's error path: the monitor ends in `error` and tells its conversation once; nothing resumes it."""
+    fields = {Monitor.status: ERROR, Monitor.last_error: reason, Monitor.updated_at: now}
+    if not _claimed_update(monitor, claim_seq, fields):
+        return Recorded(False)
+    stop_runs(monitor.id)
+    _NEW_RUN.rowcount(monitor.id, "error", reason[:4000], utcnow())
+    text = ended_text(monitor.description, reason)
+    return Recorded(True, write_wake(monitor, "monitor_error", "error", text, {"reason": reason}), paused=True)
+
+
+def daily_cap_reason(life: Lifecycle, finding: str) -> str:
+    return (f"This conversation has been woken {life.max_fires_per_conversation_day} times in the last 24 hours, the "
+            f"most a conversation may be; the fire that would have gone past it was: {finding}")
+
+
+#: the wakes that are fires: not the expiry notice, not pause, error or misfit notices
+_NOTICE_KEYS = ("expired", "error", "misfit", "denied")
+
+
+def over_daily_cap(monitor: Monitor, now: datetime, life: Lifecycle) -> bool:
+    """Whether the conversation has had its fires for any 24 hours already (seed 001's 20 a day)."""
+    return fires_in_last_day(monitor.conversation_id, now) >= life.max_fires_per_conversation_day
+
+
+_FIRES_SQL = ("SELECT COUNT(*) FROM wakes w JOIN monitors m ON m.id = w.monitor_id WHERE m.conversation_id = {p} "
+              "AND w.created_at > {p} AND w.dedupe_key NOT IN ({keys}) AND w.dedupe_key NOT LIKE 'paused:%%'")
+
+
+def fires_in_last_day(conversation_id: int, now: datetime) -> int:
+    sql = _FIRES_SQL.format(p=database.param, keys=", ".join(f"'{key}'" for key in _NOTICE_KEYS))
+    return database.execute_sql(sql, (conversation_id, now - timedelta(days=1))).fetchone()[0]
 
 
 #: the wakes that count toward the hourly cap: not the expiry notice, not pause notices

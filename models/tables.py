@@ -60,6 +60,8 @@ LIVE = (ACTIVE, PAUSED)
 AWAITING = "awaiting_approval"
 #: the statuses that have not ended
 NOT_ENDED = (*LIVE, AWAITING)
+#: seed 001's error path: ended by repeated evaluation failures or the daily fire cap; told once, never resumed
+ERROR = "error"
 
 
 class Monitor(BaseModel):
@@ -104,6 +106,8 @@ class Monitor(BaseModel):
     #: depth-1 chaining (m0010): the wake message whose run armed this monitor, and the chain's depth
     parent_message_id = peewee.IntegerField(null=True)
     depth = peewee.IntegerField(default=0)
+    #: a document watch's "<user id>:<item_type>:<item_id>" (m0011): a write queues these monitors' checks
+    watch_key = peewee.CharField(max_length=300, null=True, index=True)
 
     class Meta:
         table_name = "monitors"
@@ -324,6 +328,22 @@ class CommandApproval(BaseModel):
         table_name = "command_approvals"
 
 
+class Document(BaseModel):
+    """A record the platform keeps in Vigil (a transcription job, an ingest, a custom record), versioned."""
+    user = peewee.ForeignKeyField(User, on_delete="CASCADE", index=False)
+    item_type = peewee.CharField(max_length=70)
+    item_id = peewee.CharField(max_length=200)
+    version = peewee.IntegerField(default=1)
+    #: the JSON object, as canonical text (sorted keys)
+    body = peewee.TextField()
+    created_at = peewee.DateTimeField(default=utcnow)
+    updated_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "documents"
+        indexes = ((("user", "item_type", "item_id"), True),)
+
+
 ALL_TABLES = [User, ApiToken, Conversation, Message, Monitor, MonitorRun, Wake, JudgeModel, TokenUsage,
               TriggerLink, Delivery, AuditEvent, ApprovalRequest, Device, PairingCode, CommandRun, RunRecord,
-              CommandApproval]
+              CommandApproval, Document]

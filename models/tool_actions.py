@@ -17,7 +17,7 @@ from engine.durations import describe_duration
 from engine.placeholders import values as placeholder_values
 from engine.sources.time_source import fire_time, format_time
 from engine.schedule import next_check_at
-from engine.sources import SourceIO
+from engine.sources import DOCUMENT_SOURCES, SourceIO
 from engine.spec import Limits, MonitorSpec, SpecError, channel_refusal, parse_create
 from models.db import iso, utcnow
 from models.judging import DEFAULT_MODEL, JudgePolicy, resolve_model
@@ -27,8 +27,9 @@ from models.guardrails import GuardrailRefused, check_armed_limits, with_lineage
 from models.triggers import create_link
 from models.monitors import (
     CANCELLED, MonitorNotFound, TransitionRefused, change_status, create_event_monitor, create_monitor,
-    create_time_monitor, user_monitors,
+    create_document_monitor, create_time_monitor, user_monitors,
 )
+from models.documents import get_document
 from models.tables import AWAITING, Conversation, Device, User
 
 
@@ -91,6 +92,8 @@ def prepare_create(user: User, conversation: Conversation, arguments: object, ct
         return _create_command(user, conversation, spec, notes, ctx, now)
     if spec.source.type == "time":
         return _create_time(user, conversation, spec, notes, ctx, now)
+    if spec.source.type in DOCUMENT_SOURCES:
+        return _create_document(user, conversation, spec, notes, now)
     return Prepared(user.id, conversation.id, spec, notes, ctx.limits)
 
 
@@ -176,6 +179,19 @@ def _create_time(user: User, conversation: Conversation, spec, notes: list[str],
     monitor = create_time_monitor(user, conversation, spec, now, fire_at)
     return monitor, {"monitor_id": monitor.id, "status": monitor.status, "fire_at": format_time(fire_at),
                      "expires_at": iso(monitor.expires_at), "notes": notes}
+
+
+def _create_document(user: User, conversation: Conversation, spec, notes: list[str], now: datetime):
+    """A document (or ingest) watch: armed now, its condition parse-checked only; the caller queues its first
+    check, which fires at once if the condition already holds."""
+    source = spec.source
+    if get_document(user.id, source.item_type, source.item_id) is None:
+        notes.append(f"There is no document {source.item_type}/{source.item_id} yet; the watch waits for its "
+                     "first PUT /api/documents write.")
+    monitor = create_document_monitor(user, conversation, spec, now)
+    return monitor, {"monitor_id": monitor.id, "status": monitor.status, "item_type": source.item_type,
+                     "item_id": source.item_id, "condition": spec.check.expr, "expires_at": iso(monitor.expires_at),
+                     "wakes_left": monitor.wakes_left, "notes": notes}
 
 
 def _create_command(user: User, conversation: Conversation, spec, notes: list[str], ctx: CreateContext,

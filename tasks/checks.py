@@ -2,21 +2,35 @@
 
 from __future__ import annotations
 
+import json
+import logging
+from dataclasses import replace
+
 import dramatiq
 
-from engine.pipeline import ERROR, FIRED, QUIET, Outcome, Prior, run_check
+from engine.checks.cel import reads_now
+from engine.content import excerpt
+from engine.pipeline import CHANGED, ERROR, FIRED, QUIET, Outcome, Prior, check_body, run_check
+from engine.sources import DOCUMENT_SOURCES
 from engine.placeholders import values as placeholder_values
 from engine.sources.time_source import parse_time
 from engine.spec import check_from_record, source_from_record
 from models import utcnow
-from models.claims import Claimed, load_claimed
+from models.claims import Claimed, load_claimed, release
+from models.documents import stored_body
 from models.commands import dispatch_poll
 from models.judging import judge_match
 from models.monitors import load_for_check
 from models.tables import ACTIVE, Monitor
 from models.results import Recorded, fire_time_watch, pause_and_tell, record_check, record_judge_failure
+from tasks.broker import UNAVAILABLE
 from tasks.events import publish_monitor, publish_quiet, publish_work
 from tasks.runtime import Runtime, current
+
+log = logging.getLogger(__name__)
+#: the document snapshot a wake quotes, in characters (its metadata keeps the document whole, up to this much JSON)
+SNAPSHOT_CHARS = 2000
+SNAPSHOT_METADATA_BYTES = 64 * 1024
 
 #: Monitors per message: one query and one round of events for the lot, fetched one after another.
 BATCH_SIZE = 20
@@ -47,6 +61,8 @@ def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded, Mo
         return dispatch_command(runtime, monitor, now)
     if monitor.source.get("type") == "time":
         return check_time_watch(runtime, monitor, now)
+    if monitor.source.get("type") in DOCUMENT_SOURCES:
+        return check_document(runtime, monitor, now)
     prior = Prior(monitor.raw_hash, monitor.content_hash, monitor.state if monitor.state_json else None)
     filled = placeholder_values(now, monitor.prev_checked_at, monitor.last_changed_at)
     outcome = run_check(runtime.source_io(), source_from_record(monitor.source), check_from_record(monitor.check),
@@ -74,8 +90,62 @@ def check_time_watch(runtime: Runtime, monitor: Claimed, now) -> tuple[Outcome, 
     full = load_for_check(monitor.id)
     if full is None or full.claim_seq != monitor.claim_seq or full.status != ACTIVE:
         return Outcome(QUIET), Recorded(False), None
-    recorded = fire_time_watch(full, monitor.claim_seq, parse_time(full.source["fire_at"]), now)
+    recorded = fire_time_watch(full, monitor.claim_seq, parse_time(full.source["fire_at"]), now, runtime.lifecycle)
     return Outcome(FIRED), recorded, full
+
+
+def check_document(runtime: Runtime, monitor: Claimed, now) -> tuple[Outcome, Recorded, Monitor | None]:
+    """A document watch: its CEL condition over the stored document. An unchanged document is quiet without
+    evaluating, unless the condition reads `now`; no document (yet, or any more) is quiet too."""
+    source, check = source_from_record(monitor.source), check_from_record(monitor.check)
+    stored = stored_body(monitor.user_id, source.item_type, source.item_id)
+    if stored is None:
+        quiet = Outcome(QUIET, raw_hash=monitor.raw_hash, content_hash=monitor.content_hash)
+        return quiet, record_check(monitor, monitor.claim_seq, quiet, now, runtime.lifecycle), None
+    body, version = stored
+    fresh = reads_now(check.expr)
+    prior = Prior(None if fresh else monitor.raw_hash, None if fresh else monitor.content_hash,
+                  monitor.state() or {"holds": False})
+    outcome = check_body(source, check, prior, body, runtime.settings.FETCH_MAX_TEXT_BYTES, now)
+    if fresh and outcome.kind == CHANGED and outcome.raw_hash == monitor.raw_hash \
+            and outcome.verdict.state.get("holds") == (monitor.state() or {}).get("holds"):
+        outcome = Outcome(QUIET, raw_hash=outcome.raw_hash, content_hash=outcome.content_hash)  # a sweep, still false
+    if outcome.kind == QUIET:
+        return outcome, record_check(monitor, monitor.claim_seq, outcome, now, runtime.lifecycle), None
+    full = load_for_check(monitor.id)
+    if full is None or full.claim_seq != monitor.claim_seq or full.status != ACTIVE:
+        return outcome, Recorded(False), None  # a newer write claimed it meanwhile: that check reads it
+    extra = {}
+    if outcome.kind == FIRED:
+        outcome, extra = _document_fired(source, check, outcome, body, version)
+    return outcome, record_check(full, monitor.claim_seq, outcome, now, runtime.lifecycle, wake_extra=extra), full
+
+
+def _document_fired(source, check, outcome: Outcome, body: bytes, version: int) -> tuple[Outcome, dict]:
+    """The wake's finding: which document, at which version, and a snapshot of it as it matched."""
+    data = json.loads(body)
+    pretty = json.dumps(data, ensure_ascii=False, indent=1, sort_keys=True)
+    if source.type == "ingest":
+        head = f"The ingest job {source.item_id} ended: status {data.get('status')!r} (version {version})."
+    else:
+        head = f"{source.item_type}/{source.item_id} (version {version}) now matches: {excerpt(check.expr, 300)}"
+    found = f"{head}\nThe document as it matched:\n{excerpt(pretty, SNAPSHOT_CHARS)}"
+    snapshot = data if len(body) <= SNAPSHOT_METADATA_BYTES else None
+    extra = {"document": {"item_type": source.item_type, "item_id": source.item_id, "version": version,
+                          "doc": snapshot, "truncated": snapshot is None}}
+    return replace(outcome, verdict=replace(outcome.verdict, found=found)), extra
+
+
+def queue_claims(claims: list[tuple[str, int]], now) -> None:
+    """Queue checks for monitors claimed outside the scheduler (a document's write, a new document watch). With
+    the queue down they are released, so the scheduler claims them on its next tick instead."""
+    for start in range(0, len(claims), BATCH_SIZE):
+        try:
+            check_monitors.send([list(claim) for claim in claims[start:start + BATCH_SIZE]])
+        except UNAVAILABLE as exc:
+            log.warning("could not queue %d document checks, the scheduler takes them: %s", len(claims) - start, exc)
+            release(claims[start:], now)
+            return
 
 
 def dispatch_command(runtime: Runtime, monitor: Claimed, now) -> tuple[Outcome, Recorded, Monitor | None]:

@@ -31,7 +31,8 @@ class Runtime:
         self.source_policy = SourcePolicy(file_roots=settings.file_roots)
         self.lifecycle = Lifecycle(unreachable_grace_seconds=settings.MONITOR_UNREACHABLE_GRACE_SECONDS,
                                    autopause_failures=settings.SCHEDULE_AUTOPAUSE_FAILURES,
-                                   max_wakes_per_hour=settings.MONITOR_MAX_WAKES_PER_HOUR)
+                                   max_wakes_per_hour=settings.MONITOR_MAX_WAKES_PER_HOUR,
+                                   max_fires_per_conversation_day=settings.MONITOR_MAX_FIRES_PER_CONVERSATION_DAY)
         self.limiter = LinkLimiter(settings.REDIS_URL)
         self.presence = Presence(online_seconds=settings.DEVICE_ONLINE_SECONDS,
                                  offline_seconds=settings.DEVICE_OFFLINE_SECONDS)

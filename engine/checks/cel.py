@@ -1,8 +1,10 @@
 """cel: a CEL condition over the content becomes true. Edge-triggered like threshold.
 
-Variables: data (parsed JSON or null), text (the normalized text), value (the number at value_path,
-else the first number in the text, else null), previous (data as of the last reading; on the first
-reading, the current data) and now (a timestamp). JSON numbers reach CEL as doubles, so a field
+Variables: data (parsed JSON or null), doc (the same data, under seed 001's name for a watched document),
+text (the normalized text), value (the number at value_path, else the first number in the text, else null),
+previous (data as of the last reading; on the first reading, the current data) and now (a timestamp).
+One function beyond standard CEL: maps.get(map, 'a.b', default), seed 001's safe read of a nested field
+(standard CEL has only has(); cel-python and the Rust library have no optional values). JSON numbers reach CEL as doubles, so a field
 keeps its type whether it reads 95 or 95.5; comparisons mix int and double freely, arithmetic does
 not (write data.count + 1.0).
 """
@@ -86,7 +88,8 @@ def syntax_message(message: str) -> str:
 def evaluate(check: CheckSpec, content: Content, previous: dict, now=None) -> Verdict:
     data = content.data if content.is_json else None
     earlier = previous["data"] if "data" in previous else data
-    result = _runner.decide(check.expr, {"data": to_cel(data), "text": content.text,
+    converted = to_cel(data)
+    result = _runner.decide(check.expr, {"data": converted, "doc": converted, "text": content.text,
                                          "value": read_value(check, content), "previous": to_cel(earlier),
                                          "now": timestamp(now)})
     fired = result and not previous.get("holds", False)
@@ -108,15 +111,42 @@ def decide_here(expr: str, variables: dict) -> bool:
     return result
 
 
+def reads_now(expr: str) -> bool:
+    """Whether the condition reads `now`, so its value can change while the data does not."""
+    try:
+        return "now" in cel.compile(expr).variables()
+    except Exception:
+        return False
+
+
+def maps_get(container: object, path: object, default: object = None) -> object:
+    """maps.get(doc, 'a.b.0', default): the value at a dotted path (a number indexes a list), else default."""
+    if not isinstance(path, str):
+        raise ValueError("maps.get takes a dotted path as text, e.g. maps.get(doc, 'outputs.txt', '')")
+    current = container
+    for part in path.split(".") if path else ():
+        if isinstance(current, dict) and part in current:
+            current = current[part]
+        elif isinstance(current, list) and part.isdigit() and int(part) < len(current):
+            current = current[int(part)]
+        else:
+            return default
+    return current
+
+
 def run(expr: str, variables: dict) -> object:
     """The expression's value; an evaluation error becomes ContentError with the library's message."""
+    context = cel.Context()
+    context.update(variables)
+    context.add_function("maps.get", maps_get)
     try:
-        return cel.compile(expr).execute(variables)
+        return cel.compile(expr).execute(context)
     except KeyError as exc:
         field = str(exc.args[0]) if exc.args else "?"
-        guard = f"has(data.{field})" if field.isidentifier() else "has(data.field)"
+        root = "doc" if re.search(r"\bdoc\b", expr) else "data"
+        guard = f"has({root}.{field})" if field.isidentifier() else f"has({root}.field)"
         raise ContentError(f"the condition reads a field the data does not have ({field!r}); guard it "
-                           f"with {guard} && …") from None
+                           f"with {guard} && …, or read it with maps.get({root}, '{field}', default)") from None
     except Exception as exc:
         raise ContentError(f"the condition could not be evaluated: {first_sentence(str(exc))}") from None
     except BaseException as exc:  # a panic inside the Rust library; let real interrupts through

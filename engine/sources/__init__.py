@@ -10,17 +10,21 @@ from urllib.parse import urlsplit
 from engine import placeholders
 from engine.content import Content
 from engine.errors import SpecError
-from engine.sources import approval, command, feed, file, json_source, metric, page, time_source, webhook
+from engine.sources import (
+    approval, command, document, feed, file, ingest, json_source, metric, page, time_source, webhook,
+)
 from engine.sources.base import SourceIO, SourcePolicy, SourceSpec
 
 #: source type -> the module that reads and normalizes it
 KINDS = {"page": page, "json": json_source, "feed": feed, "file": file, "metric": metric, "webhook": webhook,
-         "approval": approval, "command": command, "time": time_source}
+         "approval": approval, "command": command, "time": time_source, "document": document, "ingest": ingest}
+#: sources read from the documents Vigil keeps, checked on every write of their document
+DOCUMENT_SOURCES = ("document", "ingest")
 SOURCE_TYPES = tuple(KINDS)
 #: the fields read() fills placeholders in; the url's values are percent-encoded
 PLACEHOLDER_FIELDS = ("url", "path", "command")
 
-__all__ = ["KINDS", "SOURCE_TYPES", "SourceIO", "SourcePolicy", "SourceSpec", "fill_placeholders", "normalize",
+__all__ = ["DOCUMENT_SOURCES", "KINDS", "SOURCE_TYPES", "SourceIO", "SourcePolicy", "SourceSpec", "fill_placeholders", "normalize",
            "parse_source", "read"]
 
 

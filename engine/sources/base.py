@@ -34,6 +34,9 @@ class SourceSpec:
     device_id: int | None = None
     fire_at: str | None = None
     delay: int | None = None
+    #: a document (or ingest) watch's document, as the platform stores it through /api/documents
+    item_type: str | None = None
+    item_id: str | None = None
 
 
 @dataclass(frozen=True)
