@@ -13,6 +13,7 @@ from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
 
 from app import unavailable
+from app.actions import ActionsController
 from app.approvals import ApprovalsController
 from app.capacity import install_lanes, lanes_middleware
 from app.conversations_api import ConversationsController
@@ -80,7 +81,7 @@ def create_app(settings: Settings) -> Litestar:
     return Litestar(
         route_handlers=[ToolController, ConversationsController, MonitorsController, EventsController,
                         PagesController, ModelsController, TriggersController, ApprovalsController, healthz,
-                        DevicesController, RunnerController, DocumentsController,
+                        DevicesController, RunnerController, DocumentsController, ActionsController,
                         create_static_files_router(path="/static", directories=[STATIC])],
         middleware=[lanes_middleware, session.middleware],
         exception_handlers={**unavailable.HANDLERS, RequestEntityTooLarge: _too_large(settings.API_MAX_BODY_BYTES)},

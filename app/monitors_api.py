@@ -13,7 +13,9 @@ from models import connection, utcnow
 from models.triggers import reveal_secret
 from tasks.runtime import current
 from models.conversations import find_conversation
-from models.monitors import MonitorNotFound, TransitionRefused, change_status, monitor_json, user_monitors
+from models.monitors import (
+    MonitorNotFound, TransitionRefused, change_status, find_monitor, monitor_json, user_monitors,
+)
 from tasks.events import publish_monitor
 from app.devices import owner_session
 from models.commands import CommandRefused, decide_command
@@ -41,6 +43,17 @@ class MonitorsController(Controller):
                 return {"monitors": []}
             monitors = user_monitors(user, conversation, live=status == "live")
             return {"monitors": [monitor_json(m) for m in monitors]}
+
+    @get("/{monitor_id:str}", sync_to_thread=True, responses=errors(401, 404, 429))
+    def get_one(self, request: Request, monitor_id: FromPath[str]) -> Response:
+        """One monitor, with monitorState as seed 001 names it (armed, fired, expired, error, cancelled; paused
+        when its owner paused it), for workflows that poll it."""
+        user, _ = api_user(request)
+        with connection():
+            monitor = find_monitor(user, monitor_id)
+        if monitor is None:
+            raise NotFoundException("No such monitor.")
+        return Response(monitor_json(monitor), headers={"Cache-Control": "no-store"})
 
     @get("/{monitor_id:str}/secret", sync_to_thread=True, responses=errors(404, 429))
     def secret(self, request: Request, monitor_id: FromPath[str]) -> Response[Secret]:

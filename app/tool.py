@@ -74,11 +74,11 @@ def _call(request: Request, action: str, arguments: dict, context: dict) -> dict
                 return _published(*watch_stop(user, conversation, arguments))
             if action == "start":
                 return _published(*watch_start(user, conversation, arguments, context.get("device"),
-                                               _create_context(), utcnow(), _woken_by(context)))
-            prepared = prepare_create(user, conversation, arguments, _create_context(), utcnow(), _woken_by(context))
+                                               create_context(), utcnow(), _woken_by(context)))
+            prepared = prepare_create(user, conversation, arguments, create_context(), utcnow(), _woken_by(context))
             if isinstance(prepared, Prepared):
                 return prepared
-            _queue_first_check(prepared[0])
+            queue_first_check(prepared[0])
             return _published(*prepared)
         except ToolError as exc:
             return {"ok": False, "error": str(exc)}
@@ -93,7 +93,7 @@ def _store(request: Request, prepared: Prepared, outcome, checked_at) -> dict:
             return {"ok": False, "error": str(exc)}
 
 
-def _queue_first_check(monitor) -> None:
+def queue_first_check(monitor) -> None:
     """A document watch is checked at once (its condition may hold already); the rest wait for their time."""
     if (monitor.source or {}).get("type") in DOCUMENT_SOURCES and monitor.status == ACTIVE:
         queue_claims([(monitor.id, monitor.claim_seq)], utcnow())
@@ -104,7 +104,7 @@ def _published(monitor, result: dict) -> dict:
     return {"ok": True, "result": result}
 
 
-def _create_context() -> CreateContext:
+def create_context() -> CreateContext:
     runtime = current()
     settings = runtime.settings
     if not settings.MONITORS_ENABLED:

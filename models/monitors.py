@@ -16,7 +16,7 @@ from models.documents import watch_key
 from models.results import write_wake
 from models.runs import stop_runs
 from models.triggers import revoke
-from models.tables import ACTIVE, AWAITING, CANCELLED, EXPIRED, NOT_ENDED, PAUSED, Conversation, Monitor, User
+from models.tables import ACTIVE, AWAITING, CANCELLED, DONE, ERROR, EXPIRED, NOT_ENDED, PAUSED, Conversation, Monitor, User
 
 #: status -> action -> new status
 TRANSITIONS = {
@@ -135,6 +135,12 @@ def expire_due(now: datetime, limit: int = 500) -> list[tuple[Monitor, object]]:
     return expired
 
 
+def find_monitor(user: User, monitor_id: str) -> Monitor | None:
+    """One of the user's monitors, with its conversation's external id; another account's is None."""
+    return (Monitor.select(Monitor, Conversation.id, Conversation.external_id).join(Conversation)
+            .where((Monitor.id == monitor_id) & (Monitor.user == user)).first())
+
+
 def user_monitors(user: User, conversation: Conversation | None = None, live: bool = False) -> list[Monitor]:
     query = Monitor.select(Monitor, Conversation.id, Conversation.external_id).join(Conversation).where(Monitor.user == user)
     if conversation is not None:
@@ -153,6 +159,15 @@ def event_payload(monitor: Monitor | Claimed) -> dict:
             "check_count": monitor.check_count, "last_error": monitor.last_error or None}
 
 
+#: a status as seed 001 names it (GET /api/monitors/{id}'s monitorState)
+SEED_STATES = {ACTIVE: "armed", AWAITING: "armed", PAUSED: "paused", DONE: "fired", EXPIRED: "expired",
+               CANCELLED: "cancelled", ERROR: "error"}
+
+
+def seed_state(monitor: Monitor) -> str:
+    return SEED_STATES.get(monitor.status, monitor.status)
+
+
 def monitor_json(monitor: Monitor) -> dict:
     return {**event_payload(monitor), "description": monitor.description, "source": monitor.source,
             "check": monitor.check, "on_match": monitor.on_match, "interval_seconds": monitor.interval_seconds,
@@ -161,6 +176,7 @@ def monitor_json(monitor: Monitor) -> dict:
             "baseline": monitor.baseline, "condition": monitor.condition or None,
             "judge_model": monitor.judge_model or None, "note": monitor.note or None,
             "lineage": {"depth": monitor.depth, "woken_by": monitor.parent_message_id},
+            "monitorState": seed_state(monitor), "fire_count": monitor.fire_count,
             "created_at": iso(monitor.created_at)}
 
 

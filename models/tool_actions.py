@@ -29,12 +29,17 @@ from models.monitors import (
     CANCELLED, MonitorNotFound, TransitionRefused, change_status, create_event_monitor, create_monitor,
     create_document_monitor, create_time_monitor, user_monitors,
 )
+from models.conversations import conversation_for, find_conversation
 from models.documents import get_document
 from models.tables import AWAITING, Conversation, Device, User
 
 
 class ToolError(ValueError):
     """Something the model can fix or must relay; str() is the sentence for it."""
+
+
+class LimitReached(ToolError):
+    """A guardrail refused the monitor (an armed limit, chaining depth): the call was fine, the moment is not."""
 
 
 @dataclass(frozen=True)
@@ -79,10 +84,13 @@ def prepare_create(user: User, conversation: Conversation, arguments: object, ct
         raise ToolError(refusal)
     try:
         spec, notes = parse_create(arguments, ctx.limits, ctx.io.policy)
+    except SpecError as exc:
+        raise ToolError(str(exc)) from None
+    try:
         spec = with_lineage(user, spec, woken_by)
         check_armed_limits(user, conversation, ctx.limits)
-    except (SpecError, GuardrailRefused) as exc:
-        raise ToolError(str(exc)) from None
+    except GuardrailRefused as exc:
+        raise LimitReached(str(exc)) from None
     notes += _judge_notes(spec.condition, spec.judge_model, ctx.judge)
     if spec.source.type == "webhook":
         return _create_trigger(user, conversation, spec, notes, ctx, now)
@@ -117,7 +125,7 @@ def store_create(prepared: Prepared, outcome: Outcome, checked_at: datetime, now
         try:
             check_armed_limits(conversation.user, conversation, prepared.limits)
         except GuardrailRefused as exc:
-            raise ToolError(str(exc)) from None
+            raise LimitReached(str(exc)) from None
     if _already_holds(spec.check, outcome.verdict.state):
         notes.append("The check already holds now; it fires only after that stops and then starts again, "
                      "so tell the user what it is now.")
@@ -235,6 +243,23 @@ def _judge_notes(condition: str, model_name: str, policy: JudgePolicy) -> list[s
         raise ToolError(f"There is no judge model named {model_name!r}; leave judge_model out to use the default.")
     return ["No judge model is configured, so matches will wake you marked as not checked against the "
             "condition; decide yourself whether it holds."]
+
+
+def conversation_to_wake(user: User, conversation_id: str | None, channel: str, agent_id: str) -> Conversation:
+    """Seed 001's conversationId. A workflow run has no conversation of its own, so a workflow step names an
+    existing chat conversation of the account to wake; without one it is refused as seed 000 refuses it."""
+    if channel == "workflow":
+        if conversation_id is None:
+            raise ToolError(f"{channel_refusal('workflow')} A workflow step may name the chat conversation to wake "
+                            "with conversationId.")
+        conversation = find_conversation(user, conversation_id)
+        if conversation is None or channel_refusal(conversation.channel):
+            raise ToolError(f"conversationId {conversation_id!r} is not a chat conversation of this account; a "
+                            "workflow step can only wake a conversation that exists already.")
+        return conversation
+    if conversation_id is None:
+        raise ToolError("conversationId is required: the conversation the monitor wakes.")
+    return conversation_for(user, conversation_id, channel, agent_id)
 
 
 def monitor_list(user: User, conversation: Conversation) -> dict:

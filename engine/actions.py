@@ -1,0 +1,130 @@
+"""Seed 001's call shape: the `actions/monitors/create` fields, as written there, turned into monitor_create's
+arguments. Each refusal is one sentence saying what to fix; nothing here touches a database."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from engine.errors import SpecError
+
+WATCH_TYPES = ("dynadata_doc", "time", "agent_tool")
+FIELDS = ("watchType", "itemType", "itemId", "condition", "fireAt", "delayMinutes", "agentId", "toolName",
+          "toolArgs", "intervalMinutes", "note", "conversationId", "ttlMinutes", "channel", "wokenBy", "description")
+#: which watch type each type-specific field belongs to
+_OWN_FIELDS = {"dynadata_doc": ("itemType", "itemId", "condition"), "time": ("fireAt", "delayMinutes"),
+               "agent_tool": ("agentId", "toolName", "toolArgs", "intervalMinutes", "condition")}
+DEFAULT_TTL_MINUTES = 1440
+MAX_TTL_MINUTES = 10080
+
+
+@dataclass(frozen=True)
+class CreateCall:
+    """A seed 001 create, translated: the arguments for monitor_create, and who to wake."""
+    arguments: dict
+    conversation_id: str | None
+    channel: str
+    agent_id: str
+    woken_by: int | None
+
+
+def translate_create(body: object) -> CreateCall:
+    """monitor_create's arguments for a seed 001 call; raises SpecError."""
+    if not isinstance(body, dict):
+        raise SpecError("The body must be a JSON object with watchType and its fields.")
+    unknown = sorted(set(body) - set(FIELDS))
+    if unknown:
+        raise SpecError(f"Unknown field '{unknown[0]}'; the fields are {', '.join(FIELDS)}.")
+    watch_type = body.get("watchType")
+    if watch_type not in WATCH_TYPES:
+        raise SpecError(f"watchType must be one of {', '.join(WATCH_TYPES)} (got {watch_type!r}).")
+    if watch_type == "agent_tool":
+        raise SpecError("agent_tool watches re-run one of the agent's own tools, which needs the tool registry; "
+                        "this Vigil has none yet, so use dynadata_doc or time.")
+    for other, names in _OWN_FIELDS.items():
+        stray = [name for name in names if name in body and name not in _OWN_FIELDS[watch_type]]
+        if stray:
+            raise SpecError(f"{stray[0]} belongs to {other} watches; take it out of a {watch_type} watch.")
+    ttl = _minutes(body.get("ttlMinutes", DEFAULT_TTL_MINUTES), "ttlMinutes", MAX_TTL_MINUTES)
+    arguments = {"expires_in": round(ttl * 60), "description": _description(body, watch_type)}
+    if body.get("note") is not None:
+        arguments["note"] = body["note"]
+    if watch_type == "dynadata_doc":
+        arguments.update(_document(body))
+    else:
+        arguments["source"] = _time(body, ttl)
+    return CreateCall(arguments, _text(body, "conversationId"), _text(body, "channel") or "chat",
+                      _text(body, "agentId") or "", _woken_by(body.get("wokenBy")))
+
+
+def _document(body: dict) -> dict:
+    condition = body.get("condition")
+    if not isinstance(condition, dict) or not isinstance(condition.get("expr"), str) or set(condition) - {"expr"}:
+        raise SpecError("condition is required for dynadata_doc: a CEL descriptor {\"expr\": \"…\"} over doc, e.g. "
+                        "{\"expr\": \"has(doc.status) && doc.status == 'done'\"}.")
+    return {"source": {"type": "document", "item_type": body.get("itemType"), "item_id": body.get("itemId")},
+            "check": {"type": "cel", "expr": condition["expr"]}}
+
+
+def _time(body: dict, ttl_minutes: float) -> dict:
+    fire_at, delay = body.get("fireAt"), body.get("delayMinutes")
+    if (fire_at is None) == (delay is None):
+        raise SpecError("A time watch takes fireAt (an ISO 8601 time) or delayMinutes, not both and not neither.")
+    if fire_at is not None:
+        return {"type": "time", "fire_at": fire_at}
+    minutes = _minutes(delay, "delayMinutes", None)
+    if minutes >= ttl_minutes:
+        raise SpecError(f"delayMinutes ({minutes:g}) is past the watch's lifetime, ttlMinutes ({ttl_minutes:g}); "
+                        f"give a longer ttlMinutes (at most {MAX_TTL_MINUTES}) or a shorter delay.")
+    return {"type": "time", "delay": max(1, round(minutes * 60))}
+
+
+def _minutes(value: object, name: str, most: int | None) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise SpecError(f"{name} must be a number of minutes above 0 (got {value!r}).")
+    if most is not None and value > most:
+        raise SpecError(f"{name} may be at most {most} ({most // 1440} days) (got {value:g}).")
+    return float(value)
+
+
+def _description(body: dict, watch_type: str) -> str:
+    given = body.get("description")
+    if given is not None:
+        return given  # checked as monitor_create checks it
+    note = body.get("note") if isinstance(body.get("note"), str) else ""
+    first = next((line.strip() for line in note.splitlines() if line.strip()), "")
+    if first:
+        return first[:200]
+    if watch_type == "time":
+        return "Reminder"
+    return f"{body.get('itemType')}/{body.get('itemId')}"[:200]
+
+
+def _text(body: dict, name: str) -> str | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > 200 or "\x00" in value:
+        raise SpecError(f"{name} must be text of 1 to 200 characters (got {str(value)[:40]!r}).")
+    return value
+
+
+def _woken_by(value: object) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.isascii()
+                                                                   and value.isdigit())):
+        raise SpecError("wokenBy must be the id of the wake message that started this run.")
+    return int(value)
+
+
+#: monitor_create's names in a refusal, and seed 001's for the same field
+_SEED_NAMES = (("source.fire_at", "fireAt"), ("source.item_type", "itemType"), ("source.item_id", "itemId"),
+               ("check.expr", "condition.expr"), ("expires_in", "ttlMinutes"), ("monitor_cancel", "Cancel Monitor"),
+               ("monitor_list", "GET /api/monitors"))
+
+
+def in_seed_terms(message: str) -> str:
+    """A monitor_create refusal, naming seed 001's fields instead."""
+    for ours, theirs in _SEED_NAMES:
+        message = message.replace(ours, theirs)
+    return message
