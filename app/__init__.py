@@ -25,6 +25,7 @@ from app.models_page import ModelsController
 from app.monitors_api import MonitorsController
 from app.pages import PagesController
 from app.templating import env
+from engine.checks.cel import stop_helper
 from app.tool import ToolController
 from app.triggers import TriggersController
 from models import connection, database
@@ -60,8 +61,10 @@ def _reachable(ping) -> str:
 
 
 def _hand_over_deliveries() -> None:
-    """On shutdown, queue what the relay still holds (whatever it can't, the sweep queues later)."""
+    """On shutdown, queue what the relay still holds (whatever it can't, the sweep queues later), and stop the
+    CEL helper child (monitor_create parse-checks only, but a first check may have evaluated)."""
     relay.wait_idle(timeout=5)
+    stop_helper()
 
 
 def _too_large(cap: int):

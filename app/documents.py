@@ -92,12 +92,23 @@ def _parse(body: bytes) -> object:
     if not body.strip():
         raise DocumentRefused("The body is empty; send the document as a JSON object.", 400)
     try:
-        return json.loads(body)
+        return json.loads(body, parse_constant=_no_constant)
+    except _Constant as exc:
+        raise DocumentRefused(f"The document holds {exc}, which JSON has no numbers for; send null or a string "
+                              "instead.", 400) from None
     except RecursionError:
         raise DocumentRefused("The document is nested too deeply to store.", 400) from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise DocumentRefused(f"The body is not valid JSON ({str(exc)[:120]}); send the document as a JSON "
                               "object.", 400) from None
+
+
+class _Constant(ValueError):
+    pass
+
+
+def _no_constant(name: str):
+    raise _Constant(name)
 
 
 def _names(item_type: str, item_id: str) -> tuple[str, str]:

@@ -22,6 +22,10 @@ def _watching(monitor) -> str:
     source = monitor.source or {}
     if source.get("type") == "command":
         return f"$ {source.get('command', '')} — on {source.get('device', '')} ({source.get('mode', 'poll')})"
+    if source.get("type") in ("document", "ingest"):
+        return f"document {source.get('item_type', '')}/{source.get('item_id', '')}"
+    if source.get("type") == "time":
+        return f"the clock, until {source.get('fire_at', '')}"
     where = source.get("url", "") or source.get("path", "") or ""
     if source.get("selector"):
         where += f" ({source['selector']})"
@@ -39,6 +43,12 @@ def _check(monitor) -> str:
         if check.get("type") == "regex":
             return f"lines matching {check.get('pattern')}"
         return f"lines where {check.get('expr')}" if check.get("type") == "cel" else "every line"
+    if (monitor.source or {}).get("type") == "time":
+        return "fires once at its time"
+    if (monitor.source or {}).get("type") == "ingest":
+        return "the job ends (done or failed)"
+    if check.get("type") == "cel":
+        return f"when {check.get('expr')}"
     if check.get("type") == "threshold":
         from engine.checks import OP_NAMES, format_number
 

@@ -54,7 +54,7 @@ CONDITION = "the drop is real"
 JUDGE_ENV = {
     "REDIS_URL": REDIS_URL,
     "JUDGE_API_KEY": "bench-key", "JUDGE_MODEL": "bench-judge",
-    "FETCH_ALLOW_LOOPBACK": "true", "MONITOR_MAX_WAKES_PER_HOUR": "1000", "SCHEDULE_AUTOPAUSE_FAILURES": "1000",
+    "FETCH_ALLOW_LOOPBACK": "true", "MONITOR_MAX_WAKES_PER_HOUR": "1000", "MONITOR_MAX_FIRES_PER_CONVERSATION_DAY": "1000000", "SCHEDULE_AUTOPAUSE_FAILURES": "1000",
 }
 #: large enough that no monitor runs out of wakes (set directly, so MONITOR_MAX_WAKES' cap of 20 does not apply)
 MAX_WAKES = 1000

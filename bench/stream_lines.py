@@ -70,7 +70,7 @@ SETTLE_SECONDS = 0.25  # after the last line arrives, for the acknowledgements' 
 def vigil_env(port: int) -> dict:
     return {"DATABASE_URL": common.database_url(DB_NAME), "REDIS_URL": REDIS_URL, "LOG_LEVEL": "WARNING",
             "PUBLIC_API_BASE_URL": f"http://127.0.0.1:{port}", "dramatiq_worker_timeout": "100",
-            "MONITOR_MAX_WAKES_PER_HOUR": "1000000", "API_RATE_PER_MINUTE": "100000",
+            "MONITOR_MAX_WAKES_PER_HOUR": "1000000", "MONITOR_MAX_FIRES_PER_CONVERSATION_DAY": "1000000", "API_RATE_PER_MINUTE": "100000",
             "SECRET_KEY": quiet_checks.VIGIL_ENV["SECRET_KEY"],
             "VIGIL_DATA_DIR": quiet_checks.VIGIL_ENV["VIGIL_DATA_DIR"]}
 

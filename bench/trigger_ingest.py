@@ -66,7 +66,7 @@ def vigil_env(port: int) -> dict:
         "LOG_LEVEL": "WARNING",
         # no link, wake or hit limit may refuse or pause anything during the run
         "TRIGGER_RATE_PER_MINUTE": "10000000", "MONITOR_MAX_WAKES": "100000",
-        "MONITOR_MAX_WAKES_PER_HOUR": "1000000", "TRIGGER_MAX_HITS": "1000000",
+        "MONITOR_MAX_WAKES_PER_HOUR": "1000000", "MONITOR_MAX_FIRES_PER_CONVERSATION_DAY": "1000000", "TRIGGER_MAX_HITS": "1000000",
         "SECRET_KEY": quiet_checks.VIGIL_ENV["SECRET_KEY"], "VIGIL_DATA_DIR": quiet_checks.VIGIL_ENV["VIGIL_DATA_DIR"],
     }
 

@@ -3,6 +3,7 @@ arguments. Each refusal is one sentence saying what to fix; nothing here touches
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from engine.errors import SpecError
@@ -44,7 +45,8 @@ def translate_create(body: object) -> CreateCall:
         stray = [name for name in names if name in body and name not in _OWN_FIELDS[watch_type]]
         if stray:
             raise SpecError(f"{stray[0]} belongs to {other} watches; take it out of a {watch_type} watch.")
-    ttl = _minutes(body.get("ttlMinutes", DEFAULT_TTL_MINUTES), "ttlMinutes", MAX_TTL_MINUTES)
+    given_ttl = body.get("ttlMinutes")
+    ttl = _minutes(DEFAULT_TTL_MINUTES if given_ttl is None else given_ttl, "ttlMinutes", MAX_TTL_MINUTES)
     arguments = {"expires_in": round(ttl * 60), "description": _description(body, watch_type)}
     if body.get("note") is not None:
         arguments["note"] = body["note"]
@@ -79,7 +81,7 @@ def _time(body: dict, ttl_minutes: float) -> dict:
 
 
 def _minutes(value: object, name: str, most: int | None) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
         raise SpecError(f"{name} must be a number of minutes above 0 (got {value!r}).")
     if most is not None and value > most:
         raise SpecError(f"{name} may be at most {most} ({most // 1440} days) (got {value:g}).")
@@ -111,8 +113,8 @@ def _text(body: dict, name: str) -> str | None:
 def _woken_by(value: object) -> int | None:
     if value is None or value == "":
         return None
-    if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, str) and value.isascii()
-                                                                   and value.isdigit())):
+    if isinstance(value, bool) or not ((isinstance(value, int) and value > 0) or (
+            isinstance(value, str) and value.isascii() and value.isdigit())):
         raise SpecError("wokenBy must be the id of the wake message that started this run.")
     return int(value)
 

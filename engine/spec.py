@@ -78,12 +78,17 @@ def parse_create(arguments: object, limits: Limits,
     if unknown:
         raise SpecError(f"Unknown argument '{unknown[0]}'; the arguments are {', '.join(ARGUMENTS)}.")
     notes: list[str] = []
+    description = _text(arguments, "description", required=True, limit=500)
+    source = parse_source(arguments.get("source"), policy)
+    # a watch whose event is a moment or a write polls on its own cadence: its rule says interval is ignored
+    interval = (limits.default_interval if source.type in OWN_CADENCE
+                else _interval(arguments.get("interval"), limits, notes))
     spec = MonitorSpec(
-        description=_text(arguments, "description", required=True, limit=500),
-        source=parse_source(arguments.get("source"), policy),
+        description=description,
+        source=source,
         check=parse_check(arguments.get("check")),
         on_match=_text(arguments, "on_match", required=False, limit=2000),
-        interval_seconds=_interval(arguments.get("interval"), limits, notes),
+        interval_seconds=interval,
         ttl_seconds=_ttl(arguments.get("expires_in"), limits, notes),
         max_wakes=_max_wakes(arguments.get("max_wakes"), limits, notes),
         condition=_text(arguments, "condition", required=False, limit=2000),
@@ -105,6 +110,10 @@ def parse_create(arguments: object, limits: Limits,
     if spec.check.value_path and spec.source.type == "page":
         raise SpecError("check.value_path reads JSON; on a page source leave it out and the first number in the text is read.")
     return spec, notes
+
+
+#: sources that ignore `interval`: the time is the event, or every write of the document is checked
+OWN_CADENCE = ("time", "document", "ingest")
 
 
 def spec_to_record(spec: MonitorSpec) -> dict:

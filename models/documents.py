@@ -44,7 +44,11 @@ def encode(body: object, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     """The document as stored: canonical JSON (sorted keys), refused unless it is an object within max_bytes."""
     if not isinstance(body, dict):
         raise DocumentRefused(f"A document is a JSON object; this body is {_json_kind(body)}.", 400)
-    text = json.dumps(body, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    try:
+        text = json.dumps(body, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        raise DocumentRefused("The document holds NaN or Infinity, which JSON has no numbers for; send null or a "
+                              "string instead.", 400) from None
     size = len(text.encode("utf-8"))
     if size > max_bytes:
         raise DocumentRefused(f"The document is {size:,} bytes; a document may be at most {max_bytes:,} bytes "

@@ -10,6 +10,7 @@ from dramatiq.brokers.stub import StubBroker
 from dramatiq.errors import BrokerConnectionError, Retry
 from dramatiq.middleware import MiddlewareError
 
+from engine.checks.cel import stop_helper
 from models import database
 from models.db import UNAVAILABLE as DATABASE_UNAVAILABLE
 from tasks.runtime import configure
@@ -46,6 +47,10 @@ class DatabaseConnection(dramatiq.Middleware):
             database.close()
 
     after_skip_message = after_process_message
+
+    def after_worker_shutdown(self, broker, worker):
+        """The CEL helper child goes with the worker (engine/checks/cel_runner.py)."""
+        stop_helper()
 
 
 def setup_broker(settings: Settings, bus=None, broker: dramatiq.Broker | None = None) -> dramatiq.Broker:

@@ -58,6 +58,11 @@ cel = _load_cel()
 _runner = Runner()
 
 
+def stop_helper() -> None:
+    """Stop the evaluating child process, when this process shuts down."""
+    _runner.close()
+
+
 def parse(raw: dict) -> CheckSpec:
     expr = raw.get("expr")
     if not isinstance(expr, str) or not expr.strip():
@@ -122,7 +127,7 @@ def reads_now(expr: str) -> bool:
 def maps_get(container: object, path: object, default: object = None) -> object:
     """maps.get(doc, 'a.b.0', default): the value at a dotted path (a number indexes a list), else default."""
     if not isinstance(path, str):
-        raise ValueError("maps.get takes a dotted path as text, e.g. maps.get(doc, 'outputs.txt', '')")
+        raise ValueError("maps.get takes a dotted path as text, such as maps.get(doc, 'outputs.txt', '')")
     current = container
     for part in path.split(".") if path else ():
         if isinstance(current, dict) and part in current:
@@ -134,6 +139,24 @@ def maps_get(container: object, path: object, default: object = None) -> object:
     return current
 
 
+_FIELD_PATH = re.compile(r"\b(doc|data)((?:\.[A-Za-z_]\w*)+)")
+
+
+def missing_field_message(expr: str, field: str) -> str:
+    """What to write instead of reading a field the data lacks, naming the whole path where the expression
+    shows it (the library names only the last key it looked for)."""
+    for root, dotted in _FIELD_PATH.findall(expr):
+        parts = dotted[1:].split(".")
+        if field in parts:
+            whole = ".".join(parts)
+            guards = " && ".join(f"has({root}.{'.'.join(parts[:n])})" for n in range(1, len(parts) + 1))
+            return (f"the condition reads a field the data does not have ({field!r}); guard it with {guards} && …, "
+                    f"or read it with maps.get({root}, '{whole}', default)")
+    root = "doc" if re.search(r"\bdoc\b", expr) else "data"
+    return (f"the condition reads a field the data does not have ({field!r}); guard it with has({root}.…) && …, "
+            f"or read it with maps.get({root}, 'a.b', default)")
+
+
 def run(expr: str, variables: dict) -> object:
     """The expression's value; an evaluation error becomes ContentError with the library's message."""
     context = cel.Context()
@@ -142,11 +165,7 @@ def run(expr: str, variables: dict) -> object:
     try:
         return cel.compile(expr).execute(context)
     except KeyError as exc:
-        field = str(exc.args[0]) if exc.args else "?"
-        root = "doc" if re.search(r"\bdoc\b", expr) else "data"
-        guard = f"has({root}.{field})" if field.isidentifier() else f"has({root}.field)"
-        raise ContentError(f"the condition reads a field the data does not have ({field!r}); guard it "
-                           f"with {guard} && …, or read it with maps.get({root}, '{field}', default)") from None
+        raise ContentError(missing_field_message(expr, str(exc.args[0]) if exc.args else "")) from None
     except Exception as exc:
         raise ContentError(f"the condition could not be evaluated: {first_sentence(str(exc))}") from None
     except BaseException as exc:  # a panic inside the Rust library; let real interrupts through

@@ -59,6 +59,13 @@ class Runner:
             raise ContentError(value)
         return value
 
+    def close(self) -> None:
+        """Stop this process's child and reap it (at shutdown: a child left behind lingers as a zombie)."""
+        with self._lock:
+            if self._owner == os.getpid():
+                self._stop()
+            self._child = None
+
     def _ask(self, request: tuple) -> tuple[str, object]:
         alive = self._child is not None and self._owner == os.getpid() and self._child.poll() is None
         child = self._child if alive else self._start()

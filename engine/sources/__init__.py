@@ -38,7 +38,9 @@ def parse_source(raw: object, policy: SourcePolicy = SourcePolicy()) -> SourceSp
     allowed = KINDS[kind].FIELDS
     extra = sorted(set(raw) - allowed)
     if extra:
-        raise SpecError(f"source has an unknown field '{extra[0]}'; a {kind} source takes {', '.join(sorted(allowed))}.")
+        article = "an" if kind[0] in "aeiou" else "a"
+        raise SpecError(f"source has an unknown field '{extra[0]}'; {article} {kind} source takes "
+                        f"{', '.join(sorted(allowed))}.")
     with_placeholders = _check_placeholders(raw)
     if not with_placeholders:
         return KINDS[kind].parse(raw, policy)

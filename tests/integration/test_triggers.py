@@ -291,7 +291,7 @@ def test_simultaneous_deliveries_each_wake_once_through_the_relay(client, owner,
     """Deliveries that arrive together may share a message to the workers; each still wakes exactly once."""
     from concurrent.futures import ThreadPoolExecutor
 
-    reconfigure(MONITOR_MAX_WAKES=100, MONITOR_MAX_WAKES_PER_HOUR=100)
+    reconfigure(MONITOR_MAX_WAKES=100, MONITOR_MAX_WAKES_PER_HOUR=100, MONITOR_MAX_FIRES_PER_CONVERSATION_DAY=100)
     result = create(client, owner[1], max_wakes=100)
 
     def deliver(n: int) -> int:
@@ -332,13 +332,16 @@ def test_a_delivery_the_relay_could_not_queue_is_swept_and_woken_once(client, ow
 def test_each_wake_reaches_the_owners_pages_and_the_last_one_clears_the_watching_mark(client, owner, drain):
     """A delivery publishes monitor.updated and message.created; conversation.updated (the sidebar's watching
     mark) only comes when the monitor's status moves, here when its last wake ends it."""
+    import hashlib
+
     import redis
 
-    from tests.conftest import TEST_REDIS_URL
+    from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
 
     result = create(client, owner[1], max_wakes=2)
     listener = redis.Redis.from_url(TEST_REDIS_URL).pubsub(ignore_subscribe_messages=True)
-    listener.psubscribe("*")
+    # this Vigil's channels only: pub/sub spans Redis databases, and other Vigils may share the server
+    listener.psubscribe(f"vigil:{hashlib.sha256(TEST_DATABASE_URL.encode()).hexdigest()[:12]}:*")
     listener.get_message(timeout=1)  # the subscription's confirmation
 
     def events_of_one_delivery(n: int) -> list[tuple[str, dict]]:

@@ -23,6 +23,7 @@ from tests.processes import VIGIL, free_port, start, terminate, vigil, wait_heal
 FAST = {"MONITOR_MIN_INTERVAL_SECONDS": "1", "SCHEDULER_TICK_SECONDS": "0.2", "DELIVERY_SWEEP_SECONDS": "5",
         "FETCH_TIMEOUT_SECONDS": "5", "FETCH_ALLOW_LOOPBACK": "true", "MONITOR_MAX_WAKES": "50",
         "MONITOR_MAX_WAKES_PER_HOUR": "100000", "MONITOR_MAX_ARMED_PER_CONVERSATION": "100000",
+        "MONITOR_MAX_FIRES_PER_CONVERSATION_DAY": "100000",
         "MONITOR_MAX_ARMED_PER_ACCOUNT": "100000", "TRIGGER_RATE_PER_MINUTE": "6000", "PYTHONUNBUFFERED": "1",
         "dramatiq_worker_timeout": "100"}
 OWNER_EMAIL, OWNER_PASSWORD = "owner@example.com", "a-reliability-password"

@@ -37,7 +37,7 @@ FAULTS = ((10.0, "kill web"), (22.0, "restart postgres"), (34.0, "kill runner"))
 RUNNER_DOWN_SECONDS = 2.0
 SETTLE_SECONDS = 120.0  #: bound for both runs to end after the last fault
 SETTINGS = {"DEVICE_ONLINE_SECONDS": "4", "DEVICE_OFFLINE_SECONDS": "6", "RUNNER_POLL_SECONDS": "2",
-            "MONITOR_MAX_WAKES_PER_HOUR": "100000"}
+            "MONITOR_MAX_WAKES_PER_HOUR": "100000", "MONITOR_MAX_FIRES_PER_CONVERSATION_DAY": "100000"}
 STEADY, KILLED = "steady", "killed"  #: the devices: the one whose runner lives on, the one whose runner is killed
 NUMBER = re.compile(r"\bline-(\d{4})\b")
 
