@@ -6,6 +6,7 @@ answers are HTTP: 200 with {monitorId, monitorState, expiresAtIso}, 400 for a fi
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, post
@@ -14,7 +15,7 @@ from litestar.params import Body
 from app.auth import token_user
 from app.openapi import errors
 from app.tool import create_context, queue_first_check
-from engine.actions import in_seed_terms, translate_create
+from engine.actions import MAX_TTL_SECONDS, in_seed_terms, translate_create
 from engine.errors import SpecError
 from models import connection, utcnow
 from models.monitors import MonitorNotFound, TransitionRefused, change_status, seed_state
@@ -29,14 +30,14 @@ class ActionsController(Controller):
     def create(self, request: Request, data: Annotated[Any, Body()]) -> Response:
         """Arm a dynadata_doc or time watch (seed 001's fields); agent_tool needs the tool registry."""
         try:
-            call = translate_create(data)
+            call = translate_create(data, utcnow())
         except SpecError as exc:
             return _refused(str(exc), 400)
         with connection():
             user = token_user(request)
             try:
                 conversation = conversation_to_wake(user, call.conversation_id, call.channel, call.agent_id)
-                created = prepare_create(user, conversation, call.arguments, create_context(), utcnow(),
+                created = prepare_create(user, conversation, call.arguments, _seed_context(), utcnow(),
                                          call.woken_by)
             except LimitReached as exc:
                 return _refused(in_seed_terms(str(exc)), 409)
@@ -65,6 +66,12 @@ class ActionsController(Controller):
                 return _refused(f"The monitor can't be cancelled: {exc}.", 409)
             publish_monitor(monitor)
         return Response({"monitorId": monitor.id, "monitorState": seed_state(monitor)})
+
+
+def _seed_context():
+    """The tool's create context, with seed 001's longest lifetime (7 days) instead of seed 000's."""
+    ctx = create_context()
+    return replace(ctx, limits=replace(ctx.limits, max_ttl=min(ctx.limits.max_ttl, MAX_TTL_SECONDS)))
 
 
 def _refused(detail: str, status: int) -> Response:

@@ -10,7 +10,7 @@ import json
 
 from litestar import Controller, Request, Response, delete, get, put
 from litestar.concurrency import sync_to_thread
-from litestar.exceptions import NotFoundException, ValidationException
+from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 from litestar.params import FromPath
 
 from app.auth import api_user, check_csrf
@@ -51,9 +51,9 @@ class DocumentsController(Controller):
             return Response(b"", status_code=304, headers=headers)
         return Response(document_json(document), headers=headers)
 
-    @delete("/{item_type:str}/{item_id:path}", status_code=200, sync_to_thread=True,
+    @delete("/{item_type:str}/{item_id:path}", status_code=204, sync_to_thread=True,
             responses=errors(400, 401, 403, 404, 412, 429))
-    def delete_one(self, request: Request, item_type: FromPath[str], item_id: FromPath[str]) -> Response:
+    def delete_one(self, request: Request, item_type: FromPath[str], item_id: FromPath[str]) -> None:
         """Delete it (If-Match makes that conditional). Watches of it stay armed, waiting for a new one."""
         item_type, item_id = _names(item_type, item_id)
         user, from_session = api_user(request)
@@ -63,8 +63,7 @@ class DocumentsController(Controller):
             try:
                 delete_document(user.id, item_type, item_id, request.headers.get("if-match"))
             except DocumentRefused as exc:
-                return _refused(exc)
-        return Response(b"", status_code=204, headers=NO_STORE)
+                raise HTTPException(detail=str(exc), status_code=exc.status) from None
 
 
 def _put(request: Request, item_type: str, item_id: str, body: bytes) -> Response:

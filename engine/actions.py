@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import datetime
 
 from engine.errors import SpecError
+from engine.sources.time_source import format_time, parse_time
 
 WATCH_TYPES = ("dynadata_doc", "time", "agent_tool")
 FIELDS = ("watchType", "itemType", "itemId", "condition", "fireAt", "delayMinutes", "agentId", "toolName",
@@ -16,6 +18,8 @@ _OWN_FIELDS = {"dynadata_doc": ("itemType", "itemId", "condition"), "time": ("fi
                "agent_tool": ("agentId", "toolName", "toolArgs", "intervalMinutes", "condition")}
 DEFAULT_TTL_MINUTES = 1440
 MAX_TTL_MINUTES = 10080
+#: seed 001's lifetimes, in the seconds monitor_create's limits are in
+MAX_TTL_SECONDS = MAX_TTL_MINUTES * 60
 
 
 @dataclass(frozen=True)
@@ -28,8 +32,9 @@ class CreateCall:
     woken_by: int | None
 
 
-def translate_create(body: object) -> CreateCall:
-    """monitor_create's arguments for a seed 001 call; raises SpecError."""
+def translate_create(body: object, now: datetime | None = None) -> CreateCall:
+    """monitor_create's arguments for a seed 001 call; raises SpecError. `now` (naive UTC) lets a fireAt past
+    the lifetime be refused in seed 001's words."""
     if not isinstance(body, dict):
         raise SpecError("The body must be a JSON object with watchType and its fields.")
     unknown = sorted(set(body) - set(FIELDS))
@@ -53,7 +58,7 @@ def translate_create(body: object) -> CreateCall:
     if watch_type == "dynadata_doc":
         arguments.update(_document(body))
     else:
-        arguments["source"] = _time(body, ttl)
+        arguments["source"] = _time(body, ttl, now)
     return CreateCall(arguments, _text(body, "conversationId"), _text(body, "channel") or "chat",
                       _text(body, "agentId") or "", _woken_by(body.get("wokenBy")))
 
@@ -67,17 +72,31 @@ def _document(body: dict) -> dict:
             "check": {"type": "cel", "expr": condition["expr"]}}
 
 
-def _time(body: dict, ttl_minutes: float) -> dict:
+def _time(body: dict, ttl_minutes: float, now: datetime | None) -> dict:
     fire_at, delay = body.get("fireAt"), body.get("delayMinutes")
     if (fire_at is None) == (delay is None):
         raise SpecError("A time watch takes fireAt (an ISO 8601 time) or delayMinutes, not both and not neither.")
     if fire_at is not None:
+        _within_lifetime(fire_at, ttl_minutes, now)
         return {"type": "time", "fire_at": fire_at}
     minutes = _minutes(delay, "delayMinutes", None)
     if minutes >= ttl_minutes:
         raise SpecError(f"delayMinutes ({minutes:g}) is past the watch's lifetime, ttlMinutes ({ttl_minutes:g}); "
                         f"give a longer ttlMinutes (at most {MAX_TTL_MINUTES}) or a shorter delay.")
     return {"type": "time", "delay": max(1, round(minutes * 60))}
+
+
+def _within_lifetime(fire_at: object, ttl_minutes: float, now: datetime | None) -> None:
+    """A fireAt past the watch's lifetime, refused naming ttlMinutes (an unreadable one is refused later)."""
+    if now is None:
+        return
+    try:
+        when = parse_time(fire_at)
+    except SpecError:
+        return
+    if when > now and (when - now).total_seconds() >= ttl_minutes * 60:
+        raise SpecError(f"fireAt {format_time(when)} is past the monitor's lifetime, ttlMinutes ({ttl_minutes:g}); "
+                        f"give a longer ttlMinutes (at most {MAX_TTL_MINUTES}) or an earlier time.")
 
 
 def _minutes(value: object, name: str, most: int | None) -> float:
@@ -120,7 +139,7 @@ def _woken_by(value: object) -> int | None:
 
 
 #: monitor_create's names in a refusal, and seed 001's for the same field
-_SEED_NAMES = (("source.fire_at", "fireAt"), ("source.item_type", "itemType"), ("source.item_id", "itemId"),
+_SEED_NAMES = (("context.woken_by", "wokenBy"), ("source.fire_at", "fireAt"), ("source.item_type", "itemType"), ("source.item_id", "itemId"),
                ("check.expr", "condition.expr"), ("expires_in", "ttlMinutes"), ("monitor_cancel", "Cancel Monitor"),
                ("monitor_list", "GET /api/monitors"))
 

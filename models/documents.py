@@ -49,7 +49,11 @@ def encode(body: object, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
     except ValueError:
         raise DocumentRefused("The document holds NaN or Infinity, which JSON has no numbers for; send null or a "
                               "string instead.", 400) from None
-    size = len(text.encode("utf-8"))
+    try:
+        size = len(text.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise DocumentRefused("The document holds text that is not valid Unicode (a lone surrogate such as "
+                              "\\ud800); send well-formed UTF-8.", 400) from None
     if size > max_bytes:
         raise DocumentRefused(f"The document is {size:,} bytes; a document may be at most {max_bytes:,} bytes "
                               "(DOCUMENT_MAX_BYTES).", 413)
@@ -141,6 +145,9 @@ def delete_document(user_id: int, item_type: str, item_id: str, if_match: str | 
             raise DocumentRefused(f"The document {item_type}/{item_id} is at version {current.version}, not "
                                   f"{if_match.strip()}; nothing was deleted.", 412)
         current.delete_instance()
+        # a document written again later is a new fact: its watches start over, as if the condition were false
+        Monitor.update(check_state={"holds": False}, raw_hash="", content_hash="") \
+            .where((Monitor.watch_key == watch_key(user_id, item_type, item_id)) & (Monitor.status == ACTIVE)).execute()
 
 
 _BODY_SQL = "SELECT body, version FROM documents WHERE user_id = {p} AND item_type = {p} AND item_id = {p}"

@@ -16,6 +16,10 @@ class GuardrailRefused(ValueError):
     """A monitor that can't be armed now; str() is the sentence for the model."""
 
 
+class LineageUnknown(ValueError):
+    """context.woken_by names no wake of this account: a mistake in the call, not a limit reached."""
+
+
 def check_armed_limits(user: User, conversation: Conversation, limits: Limits) -> None:
     """Refuse a new monitor past the conversation's or the account's armed limit, naming it."""
     armed = Monitor.select().where(Monitor.status.in_(NOT_ENDED))
@@ -38,7 +42,7 @@ def with_lineage(user: User, spec: MonitorSpec, woken_by: int | None) -> Monitor
     parent = (Wake.select(Wake.message, Monitor.depth).join(Monitor)
               .where((Wake.message == woken_by) & (Monitor.user == user)).first())
     if parent is None:
-        raise GuardrailRefused(f"context.woken_by {woken_by} is not a wake of this account; pass the id of the wake "
+        raise LineageUnknown(f"context.woken_by {woken_by} is not a wake of this account; pass the id of the wake "
                                "message that started this run, or leave it out.")
     depth = parent.monitor.depth + 1
     if depth > MAX_DEPTH:

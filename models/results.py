@@ -82,6 +82,8 @@ def _record_error(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datet
                               f"last: {outcome.error}", now)
     fields = {Monitor.failure_count: ONE_MORE, Monitor.last_error: outcome.error,
               Monitor.unreachable_since: None, Monitor.updated_at: now}
+    if (monitor.source or {}).get("type") in DOCUMENT_SOURCES and outcome.raw_hash:
+        fields[Monitor.raw_hash] = outcome.raw_hash  # the version that failed: a sweep doesn't count it again
     return _store_run(monitor, claim_seq, fields, ERROR, outcome.error)
 
 

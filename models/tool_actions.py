@@ -23,7 +23,7 @@ from models.db import iso, utcnow
 from models.judging import DEFAULT_MODEL, JudgePolicy, resolve_model
 from models.approvals import create_request
 from models.commands import CommandRefused, create_command_monitor, resolve_device
-from models.guardrails import GuardrailRefused, check_armed_limits, with_lineage
+from models.guardrails import GuardrailRefused, LineageUnknown, check_armed_limits, with_lineage
 from models.triggers import create_link
 from models.monitors import (
     CANCELLED, MonitorNotFound, TransitionRefused, change_status, create_event_monitor, create_monitor,
@@ -91,6 +91,8 @@ def prepare_create(user: User, conversation: Conversation, arguments: object, ct
         check_armed_limits(user, conversation, ctx.limits)
     except GuardrailRefused as exc:
         raise LimitReached(str(exc)) from None
+    except LineageUnknown as exc:
+        raise ToolError(str(exc)) from None
     notes += _judge_notes(spec.condition, spec.judge_model, ctx.judge)
     if spec.source.type == "webhook":
         return _create_trigger(user, conversation, spec, notes, ctx, now)

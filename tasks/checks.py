@@ -9,7 +9,7 @@ from dataclasses import replace
 import dramatiq
 
 from engine.checks.cel import reads_now
-from engine.content import excerpt
+from engine.content import excerpt, sha256_hex
 from engine.pipeline import CHANGED, ERROR, FIRED, QUIET, Outcome, Prior, check_body, run_check
 from engine.sources import DOCUMENT_SOURCES
 from engine.placeholders import values as placeholder_values
@@ -96,7 +96,8 @@ def check_time_watch(runtime: Runtime, monitor: Claimed, now) -> tuple[Outcome, 
 
 def check_document(runtime: Runtime, monitor: Claimed, now) -> tuple[Outcome, Recorded, Monitor | None]:
     """A document watch: its CEL condition over the stored document. An unchanged document is quiet without
-    evaluating, unless the condition reads `now`; no document (yet, or any more) is quiet too."""
+    evaluating, unless the condition reads `now`; a version whose evaluation failed counts as one failure, however
+    many sweeps read it; no document (yet, or any more) is quiet too."""
     source, check = source_from_record(monitor.source), check_from_record(monitor.check)
     stored = stored_body(monitor.user_id, source.item_type, source.item_id)
     if stored is None:
@@ -104,6 +105,8 @@ def check_document(runtime: Runtime, monitor: Claimed, now) -> tuple[Outcome, Re
         return quiet, record_check(monitor, monitor.claim_seq, quiet, now, runtime.lifecycle), None
     body, version = stored
     fresh = reads_now(check.expr)
+    if not fresh and monitor.failure_count and sha256_hex(body) == monitor.raw_hash:
+        return Outcome(QUIET), Recorded(False), None  # this version failed already: counted once, not per sweep
     prior = Prior(None if fresh else monitor.raw_hash, None if fresh else monitor.content_hash,
                   monitor.state() or {"holds": False})
     outcome = check_body(source, check, prior, body, runtime.settings.FETCH_MAX_TEXT_BYTES, now)
