@@ -84,6 +84,11 @@ class Settings:
     MONITOR_MAX_FIRES_PER_CONVERSATION_DAY: int = 20
     """Seed 001: wakes that fire (not notices) per conversation in any 24 hours. The monitor whose fire would go
     past it ends in `error` and says so once; it does not resume the next day. Default 20."""
+    MONITOR_MAX_ARMED_TOOL_WATCHES_PER_ACCOUNT: int = 10
+    """Seed 001: armed tool watches (each a recurring poll) one account may have. Default 10."""
+    TOOL_SOURCES_ENABLED: bool = True
+    """The owner's switch for tool sources: off, no tool watch is armed and every armed one pauses at its next
+    poll, saying why. Default true."""
     DOCUMENT_MAX_BYTES: int = 1024 * 1024
     """The largest document PUT /api/documents stores, as canonical JSON; over it is 413. Default 1 MiB."""
     DOCUMENT_SWEEP_SECONDS: int = 300

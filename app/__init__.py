@@ -27,6 +27,7 @@ from app.pages import PagesController
 from app.templating import env
 from engine.checks.cel import stop_helper
 from app.tool import ToolController
+from app.tools import ToolsController
 from app.triggers import TriggersController
 from models import connection, database
 from tasks.broker import UNAVAILABLE
@@ -84,7 +85,7 @@ def create_app(settings: Settings) -> Litestar:
     return Litestar(
         route_handlers=[ToolController, ConversationsController, MonitorsController, EventsController,
                         PagesController, ModelsController, TriggersController, ApprovalsController, healthz,
-                        DevicesController, RunnerController, DocumentsController, ActionsController,
+                        DevicesController, RunnerController, DocumentsController, ActionsController, ToolsController,
                         create_static_files_router(path="/static", directories=[STATIC])],
         middleware=[lanes_middleware, session.middleware],
         exception_handlers={**unavailable.HANDLERS, RequestEntityTooLarge: _too_large(settings.API_MAX_BODY_BYTES)},

@@ -30,6 +30,10 @@ OWNER_ONLY = ("Only the owner, signed in to Vigil in a browser, can change a dev
               "runtime token never can.")
 
 
+#: what the owner arms on the approval card: commands on devices, and tool calls
+APPROVED_KINDS = ("command", "tool")
+
+
 def owner_session(request: Request, submitted: str | None = None):
     """The signed-in owner of an unsafe request (CSRF checked); 403 for a runtime token."""
     if bearer_token(request):
@@ -105,7 +109,7 @@ class DevicesController(Controller):
             return Redirect(f"/login?next=/commands/{monitor_id}")
         with connection():
             monitor = load_for_check(monitor_id)
-            if monitor is None or monitor.user_id != user.id or (monitor.source or {}).get("type") != "command":
+            if monitor is None or monitor.user_id != user.id or (monitor.source or {}).get("type") not in APPROVED_KINDS:
                 raise NotFoundException("No such command.")
             context = {"user": user, "monitor": monitor, "conversations": user_conversations(user)}
         return Template("pages/command.html", context={**context, "csrf": csrf_token(request)})

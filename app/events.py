@@ -77,7 +77,7 @@ def _fragments(user, name: str, data: dict, csrf: str = "") -> list[tuple[str, s
             if monitor is None:
                 return []
             parts = [(f"monitor-{monitor.id}", render("partials/_monitor_row.html", monitor=monitor))]
-            if (monitor.source or {}).get("type") == "command":
+            if (monitor.source or {}).get("type") in ("command", "tool"):
                 parts.append((f"command-{monitor.id}", render("partials/_command_card.html", monitor=monitor)))
             return parts
         if name == "conversation.updated":

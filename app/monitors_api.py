@@ -19,6 +19,7 @@ from models.monitors import (
 from tasks.events import publish_monitor
 from app.devices import owner_session
 from models.commands import CommandRefused, decide_command
+from models.tools import ToolRefused, decide_tool
 from models.tables import AWAITING
 
 ACTIONS = ("pause", "resume", "cancel")
@@ -97,13 +98,21 @@ class MonitorsController(Controller):
             return Response(monitor_json(monitor))
 
 
+def _is_tool_call(user, monitor_id: str) -> bool:
+    monitor = find_monitor(user, monitor_id)
+    return monitor is not None and (monitor.source or {}).get("type") == "tool"
+
+
 def _decide(request: Request, monitor_id: str, approve: bool) -> Response:
     """Approve or deny an awaiting command: the owner's session with its CSRF token, never a runtime token."""
     user = owner_session(request)
     with connection():
         try:
-            monitor, woke = decide_command(user, monitor_id, approve, utcnow())
-        except CommandRefused as exc:
+            if _is_tool_call(user, monitor_id):
+                monitor, woke = decide_tool(user, monitor_id, approve, utcnow())
+            else:
+                monitor, woke = decide_command(user, monitor_id, approve, utcnow())
+        except (CommandRefused, ToolRefused) as exc:
             return Response({"detail": str(exc), "status_code": 409}, status_code=409)
         publish_monitor(monitor, woke, status_before=AWAITING)
         if request.headers.get("hx-request"):

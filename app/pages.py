@@ -101,7 +101,7 @@ class PagesController(Controller):
                        "messages": list(Message.select().where(Message.conversation == conversation)
                                         .order_by(Message.id)),
                        "monitors": monitors, "cards": trigger_cards(monitors),
-                       "commands": [m for m in monitors if (m.source or {}).get("type") == "command"],
+                       "commands": [m for m in monitors if (m.source or {}).get("type") in ("command", "tool")],
                        "conversations": user_conversations(user)}
         return Template("pages/conversation.html", context={**context, "csrf": csrf_token(request)})
 

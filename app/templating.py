@@ -26,6 +26,9 @@ def _watching(monitor) -> str:
         return f"document {source.get('item_type', '')}/{source.get('item_id', '')}"
     if source.get("type") == "time":
         return f"the clock, until {source.get('fire_at', '')}"
+    if source.get("type") == "tool":
+        arguments = ", ".join(f"{k}={v!r}" for k, v in (source.get("arguments") or {}).items())
+        return f"tool {source.get('agent_id', '')}/{source.get('tool', '')}({arguments})"
     where = source.get("url", "") or source.get("path", "") or ""
     if source.get("selector"):
         where += f" ({source['selector']})"

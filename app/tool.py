@@ -112,7 +112,8 @@ def create_context() -> CreateContext:
     api_base = public_base(settings.PUBLIC_API_BASE_URL, settings.API_URL)
     return CreateContext(limits_from(settings), runtime.source_io(), settings.FETCH_MAX_TEXT_BYTES,
                          runtime.judge_policy, runtime.keyring, api_base,
-                         app_base(settings.PUBLIC_APP_URL, settings.SERVE_UI, api_base))
+                         app_base(settings.PUBLIC_APP_URL, settings.SERVE_UI, api_base),
+                         tools_enabled=settings.TOOL_SOURCES_ENABLED)
 
 
 def _parse_body(data: Any) -> tuple[str, dict, dict]:

@@ -43,9 +43,6 @@ def translate_create(body: object, now: datetime | None = None) -> CreateCall:
     watch_type = body.get("watchType")
     if watch_type not in WATCH_TYPES:
         raise SpecError(f"watchType must be one of {', '.join(WATCH_TYPES)} (got {watch_type!r}).")
-    if watch_type == "agent_tool":
-        raise SpecError("agent_tool watches re-run one of the agent's own tools, which needs the tool registry; "
-                        "this Vigil has none yet, so use dynadata_doc or time.")
     for other, names in _OWN_FIELDS.items():
         stray = [name for name in names if name in body and name not in _OWN_FIELDS[watch_type]]
         if stray:
@@ -57,6 +54,8 @@ def translate_create(body: object, now: datetime | None = None) -> CreateCall:
         arguments["note"] = body["note"]
     if watch_type == "dynadata_doc":
         arguments.update(_document(body))
+    elif watch_type == "agent_tool":
+        arguments.update(_agent_tool(body))
     else:
         arguments["source"] = _time(body, ttl, now)
     return CreateCall(arguments, _text(body, "conversationId"), _text(body, "channel") or "chat",
@@ -64,12 +63,29 @@ def translate_create(body: object, now: datetime | None = None) -> CreateCall:
 
 
 def _document(body: dict) -> dict:
+    condition = _condition(body, "dynadata_doc", "has(doc.status) && doc.status == 'done'")
+    return {"source": {"type": "document", "item_type": body.get("itemType"), "item_id": body.get("itemId")},
+            "check": {"type": "cel", "expr": condition}}
+
+
+def _agent_tool(body: dict) -> dict:
+    """toolName + toolArgs on agentId (default: the calling agent), polled every intervalMinutes (5–1440)."""
+    condition = _condition(body, "agent_tool", "data.reached == true")
+    source = {"type": "tool", "tool": body.get("toolName"), "arguments": body.get("toolArgs") or {}}
+    if body.get("agentId") is not None:
+        source["agent_id"] = body["agentId"]
+    arguments = {"source": source, "check": {"type": "cel", "expr": condition}}
+    if body.get("intervalMinutes") is not None:
+        arguments["interval"] = round(_minutes(body["intervalMinutes"], "intervalMinutes", None) * 60)
+    return arguments
+
+
+def _condition(body: dict, watch_type: str, example: str) -> str:
     condition = body.get("condition")
     if not isinstance(condition, dict) or not isinstance(condition.get("expr"), str) or set(condition) - {"expr"}:
-        raise SpecError("condition is required for dynadata_doc: a CEL descriptor {\"expr\": \"…\"} over doc, e.g. "
-                        "{\"expr\": \"has(doc.status) && doc.status == 'done'\"}.")
-    return {"source": {"type": "document", "item_type": body.get("itemType"), "item_id": body.get("itemId")},
-            "check": {"type": "cel", "expr": condition["expr"]}}
+        raise SpecError(f"condition is required for {watch_type}: a CEL descriptor {{\"expr\": \"…\"}}, e.g. "
+                        f"{{\"expr\": \"{example}\"}}.")
+    return condition["expr"]
 
 
 def _time(body: dict, ttl_minutes: float, now: datetime | None) -> dict:
@@ -117,6 +133,8 @@ def _description(body: dict, watch_type: str) -> str:
         return first[:200]
     if watch_type == "time":
         return "Reminder"
+    if watch_type == "agent_tool":
+        return f"the tool {body.get('toolName')}"[:200]
     return f"{body.get('itemType')}/{body.get('itemId')}"[:200]
 
 
@@ -139,7 +157,8 @@ def _woken_by(value: object) -> int | None:
 
 
 #: monitor_create's names in a refusal, and seed 001's for the same field
-_SEED_NAMES = (("context.woken_by", "wokenBy"), ("source.fire_at", "fireAt"), ("source.item_type", "itemType"), ("source.item_id", "itemId"),
+_SEED_NAMES = (("context.woken_by", "wokenBy"), ("source.agent_id", "agentId"), ("source.tool", "toolName"),
+               ("source.arguments", "toolArgs"), ("source.fire_at", "fireAt"), ("source.item_type", "itemType"), ("source.item_id", "itemId"),
                ("check.expr", "condition.expr"), ("expires_in", "ttlMinutes"), ("monitor_cancel", "Cancel Monitor"),
                ("monitor_list", "GET /api/monitors"))
 

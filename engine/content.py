@@ -34,6 +34,8 @@ class Content:
     items: tuple[dict, ...] | None = None
     #: what the digest covers when the text alone doesn't say everything (a command's exit code)
     fingerprint: str = ""
+    #: more variables a cel check reads (a tool's output, outputText and steps)
+    variables: dict | None = None
 
     @property
     def digest(self) -> str:

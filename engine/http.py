@@ -331,20 +331,42 @@ class Fetcher:
 
     def get(self, url: str, headers: dict[str, str] | None = None) -> Response:
         check_url(url)
-        merged = self._headers
-        if headers:  # they override the defaults whatever the case of the names; None drops one
-            pairs = {k.lower(): (k, v) for k, v in [*self._headers.items(), *headers.items()]}
-            merged = {name: value for name, value in pairs.values() if value is not None}
         with _Deadline(self.policy.timeout) as deadline:
-            return self._follow(url, merged, deadline)
+            return self._follow(url, self._merged(headers), deadline)
 
-    def _follow(self, url: str, headers: dict[str, str], deadline: _Deadline) -> Response:
+    def call(self, method: str, url: str, headers: dict[str, str] | None = None, body: bytes | None = None,
+             timeout: float | None = None) -> Response:
+        """One request of a tool's step: any status is an answer (a 404 is data, not an error); GET and HEAD
+        follow redirects, other methods answer the redirect itself. FetchError only when it could not run."""
+        check_url(url)
+        seconds = min(self.policy.timeout, timeout) if timeout is not None else self.policy.timeout
+        with _Deadline(seconds) as deadline:
+            if method in ("GET", "HEAD"):
+                return self._follow(url, self._merged(headers), deadline, method=method, strict=False)
+            resp = self._send(url, self._merged(headers), deadline, method=method, body=body)
+            try:
+                return self._finish(resp, deadline, strict=False)
+            finally:
+                deadline.attach(None)
+                if resp.connection is not None:
+                    resp.close()
+                resp.release_conn()
+
+    def _merged(self, headers: dict[str, str] | None) -> dict[str, str]:
+        if not headers:
+            return self._headers
+        # they override the defaults whatever the case of the names; None drops one
+        pairs = {k.lower(): (k, v) for k, v in [*self._headers.items(), *headers.items()]}
+        return {name: value for name, value in pairs.values() if value is not None}
+
+    def _follow(self, url: str, headers: dict[str, str], deadline: _Deadline, method: str = "GET",
+                strict: bool = True) -> Response:
         for _ in range(self.policy.max_redirects + 1):
-            resp = self._send(url, headers, deadline)
+            resp = self._send(url, headers, deadline, method=method)
             try:
                 target = _redirect_target(resp)
                 if target is None:
-                    return self._finish(resp, deadline)
+                    return self._finish(resp, deadline, strict)
                 with contextlib.suppress(FetchError):  # read a small body: the connection is reused
                     _read_body(resp, deadline, _CHUNK)
             finally:
@@ -358,14 +380,15 @@ class Fetcher:
         raise FetchError(f"The page led through more than {self.policy.max_redirects} redirects; "
                          "the redirect chain is too long or loops.")
 
-    def _send(self, url: str, headers: dict[str, str], deadline: _Deadline) -> BaseHTTPResponse:
-        """Sends the GET and reads the status line and headers; the body is left to _finish."""
+    def _send(self, url: str, headers: dict[str, str], deadline: _Deadline, method: str = "GET",
+              body: bytes | None = None) -> BaseHTTPResponse:
+        """Sends the request and reads the status line and headers; the body is left to _finish."""
         remaining = deadline.left()
         if remaining <= 0:
             raise _timed_out(url, deadline)
         try:
             prepared = _prepare(url)
-            resp = self._pools.urlopen("GET", prepared, headers=headers, redirect=False,
+            resp = self._pools.urlopen(method, prepared, body=body, headers=headers, redirect=False,
                                        retries=False, preload_content=False, decode_content=True,
                                        timeout=urllib3.Timeout(connect=remaining, read=remaining))
         except (HTTPError, OSError, ValueError) as exc:
@@ -373,8 +396,9 @@ class Fetcher:
         resp.url = prepared
         return resp
 
-    def _finish(self, resp: BaseHTTPResponse, deadline: _Deadline) -> Response:
-        _check_status(resp)
+    def _finish(self, resp: BaseHTTPResponse, deadline: _Deadline, strict: bool = True) -> Response:
+        if strict:
+            _check_status(resp)
         body, truncated = _read_body(resp, deadline, self.policy.max_bytes)
         headers = {name.lower(): value for name, value in resp.headers.itermerged()}
         return Response(url=resp.url, status=resp.status, headers=headers,

@@ -40,6 +40,8 @@ class Limits:
     max_armed_per_account: int = 50
     #: how often a document watch is read again without a write (DOCUMENT_SWEEP_SECONDS)
     document_sweep: int = 300
+    #: seed 001's armed agent_tool watches per account (each one is a recurring poll)
+    max_armed_tool_watches: int = 10
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,8 @@ def parse_create(arguments: object, limits: Limits,
         spec = _document_spec(spec, arguments, limits, notes)
     if spec.source.type == "ingest":
         spec = _ingest_spec(spec, arguments, limits, notes)
+    if spec.source.type == "tool":
+        spec = _tool_spec(spec, arguments, notes)
     if spec.check.value_path and spec.source.type == "page":
         raise SpecError("check.value_path reads JSON; on a page source leave it out and the first number in the text is read.")
     return spec, notes
@@ -195,6 +199,20 @@ def _ingest_spec(spec: MonitorSpec, arguments: dict, limits: Limits, notes: list
                      f"the event, so {'it was' if len(ignored) == 1 else 'they were'} ignored.")
     return replace(spec, check=CheckSpec(type="cel", expr=INGEST_CONDITION), condition="", judge_model="", max_wakes=1,
                    interval_seconds=_document_interval(arguments, limits, notes))
+
+
+#: seed 001: a watched tool is polled every 5 to 1440 minutes, jittered
+TOOL_MIN_INTERVAL, TOOL_MAX_INTERVAL = 300, 86400
+
+
+def _tool_spec(spec: MonitorSpec, arguments: dict, notes: list[str]) -> MonitorSpec:
+    """A tool watch polls within seed 001's 5–1440 minutes; its check reads output, outputText, data and steps."""
+    seconds = spec.interval_seconds
+    clamped = min(max(seconds, TOOL_MIN_INTERVAL), TOOL_MAX_INTERVAL)
+    if clamped != seconds:
+        notes.append(f"A watched tool is polled every 5 minutes to 24 hours, so the interval is "
+                     f"{describe_duration(clamped)}.")
+    return replace(spec, interval_seconds=clamped)
 
 
 def _document_interval(arguments: dict, limits: Limits, notes: list[str]) -> int:

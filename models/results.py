@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from peewee import fn
 
 from engine.pipeline import ERROR, FIRED, QUIET, Outcome
-from engine.sources import DOCUMENT_SOURCES
+from engine.sources import DOCUMENT_SOURCES, ERROR_PATH_SOURCES
 from engine.wake import ended_text, paused_text, time_text, wake_text
 from models.compiled import Compiled, with_id
 from models.conversations import append_message
@@ -74,9 +74,10 @@ def _record_error(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datet
                                   f"({outcome.error.rstrip('.')}).", now)
         fields = {Monitor.unreachable_since: since, Monitor.last_error: outcome.error, Monitor.updated_at: now}
         return Recorded(_claimed_update(monitor, claim_seq, fields))
-    if monitor.failure_count + 1 >= life.autopause_failures and (monitor.source or {}).get("type") in DOCUMENT_SOURCES:
-        return end_in_error(monitor, claim_seq, f"Its condition failed to evaluate {monitor.failure_count + 1} "
-                            f"times in a row; last: {outcome.error}", now)
+    if monitor.failure_count + 1 >= life.autopause_failures and (monitor.source or {}).get("type") in ERROR_PATH_SOURCES:
+        what = "Its poll failed" if monitor.source.get("type") == "tool" else "Its condition failed to evaluate"
+        return end_in_error(monitor, claim_seq, f"{what} {monitor.failure_count + 1} times in a row; last: "
+                            f"{outcome.error}", now)
     if monitor.failure_count + 1 >= life.autopause_failures:
         return pause_and_tell(monitor, claim_seq, f"The check failed {monitor.failure_count + 1} times in a row; "
                               f"last: {outcome.error}", now)
@@ -162,6 +163,20 @@ def end_in_error(monitor: Monitor, claim_seq: int, reason: str, now: datetime) -
     _NEW_RUN.rowcount(monitor.id, "error", reason[:4000], utcnow())
     text = ended_text(monitor.description, reason)
     return Recorded(True, write_wake(monitor, "monitor_error", "error", text, {"reason": reason}), paused=True)
+
+
+def end_any_in_error(monitor: Monitor, reason: str, now: datetime):
+    """The error path from outside a check (the watched tool was edited or removed): whatever its live status, the
+    monitor ends in `error` and tells its conversation once. The wake written, or False when it had ended."""
+    changed = Monitor.update({Monitor.status: ERROR, Monitor.last_error: reason, Monitor.updated_at: now,
+                              Monitor.claim_seq: Monitor.claim_seq + 1}) \
+        .where((Monitor.id == monitor.id) & (Monitor.status == monitor.status)).execute()
+    if changed != 1:
+        return False
+    monitor.status = ERROR
+    stop_runs(monitor.id)
+    _NEW_RUN.rowcount(monitor.id, "error", reason[:4000], utcnow())
+    return write_wake(monitor, "monitor_error", "error", ended_text(monitor.description, reason), {"reason": reason})
 
 
 def daily_cap_reason(life: Lifecycle, finding: str) -> str:

@@ -344,6 +344,38 @@ class Document(BaseModel):
         indexes = ((("user", "item_type", "item_id"), True),)
 
 
+class AgentTool(BaseModel):
+    """An agent's declared HTTP tool, as its runtime registered it; header values (secrets) stored encrypted."""
+    user = peewee.ForeignKeyField(User, on_delete="CASCADE", index=False)
+    agent_id = peewee.CharField(max_length=200)
+    name = peewee.CharField(max_length=64)
+    #: engine.tools.tool_to_record: everything but the header values
+    definition = JSONField()
+    headers_encrypted = peewee.TextField(default="")
+    #: engine.tools.fingerprint: the executable surface; a watch armed on another one ends
+    fingerprint = peewee.CharField(max_length=64)
+    created_at = peewee.DateTimeField(default=utcnow)
+    updated_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "agent_tools"
+        indexes = ((("user", "agent_id", "name"), True),)
+
+
+class ToolApproval(BaseModel):
+    """The owner's approval of one exact tool call: the agent's tool, its arguments as written, its fingerprint."""
+    monitor = peewee.ForeignKeyField(Monitor, unique=True, backref="tool_approvals", on_delete="CASCADE")
+    tool_key = peewee.CharField(max_length=300)
+    arguments = JSONField()
+    fingerprint = peewee.CharField(max_length=64)
+    decision = peewee.CharField(max_length=10, null=True)
+    decided_at = peewee.DateTimeField(null=True)
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "tool_approvals"
+
+
 ALL_TABLES = [User, ApiToken, Conversation, Message, Monitor, MonitorRun, Wake, JudgeModel, TokenUsage,
               TriggerLink, Delivery, AuditEvent, ApprovalRequest, Device, PairingCode, CommandRun, RunRecord,
-              CommandApproval, Document]
+              CommandApproval, Document, AgentTool, ToolApproval]

@@ -31,6 +31,7 @@ from models.monitors import (
 )
 from models.conversations import conversation_for, find_conversation
 from models.documents import get_document
+from models.tools import ToolRefused, armed_tool_watches, create_tool_monitor, resolve_watch
 from models.tables import AWAITING, Conversation, Device, User
 
 
@@ -52,6 +53,8 @@ class CreateContext:
     keyring: Keyring | None = None
     base_url: str = DEFAULT_BASE
     app_url: str = DEFAULT_BASE
+    #: TOOL_SOURCES_ENABLED
+    tools_enabled: bool = True
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,8 @@ def prepare_create(user: User, conversation: Conversation, arguments: object, ct
         return _create_time(user, conversation, spec, notes, ctx, now)
     if spec.source.type in DOCUMENT_SOURCES:
         return _create_document(user, conversation, spec, notes, now)
+    if spec.source.type == "tool":
+        return _create_tool(user, conversation, spec, notes, ctx, now)
     return Prepared(user.id, conversation.id, spec, notes, ctx.limits)
 
 
@@ -202,6 +207,34 @@ def _create_document(user: User, conversation: Conversation, spec, notes: list[s
     return monitor, {"monitor_id": monitor.id, "status": monitor.status, "item_type": source.item_type,
                      "item_id": source.item_id, "condition": spec.check.expr, "expires_at": iso(monitor.expires_at),
                      "wakes_left": monitor.wakes_left, "notes": notes}
+
+
+def _create_tool(user: User, conversation: Conversation, spec, notes: list[str], ctx: CreateContext,
+                 now: datetime):
+    """One of the agent's read-only tools, re-run as the owner with no model: armed at once, or, for a tool that
+    requires approval, waiting for the owner to approve this exact call (the agent gets the page's link)."""
+    if not ctx.tools_enabled:
+        raise ToolError("Tool watches are turned off on this Vigil instance (TOOL_SOURCES_ENABLED); tell the user.")
+    try:
+        spec, tool = resolve_watch(user, conversation, spec)
+    except ToolRefused as exc:
+        raise ToolError(str(exc)) from None
+    if armed_tool_watches(user) >= ctx.limits.max_armed_tool_watches:
+        raise LimitReached(f"This account already has {ctx.limits.max_armed_tool_watches} armed tool watches, the "
+                           "most it may have (each one is a recurring poll); cancel one and its slot frees at once.")
+    monitor = create_tool_monitor(user, conversation, spec, tool, now)
+    source = spec.source
+    result = {"monitor_id": monitor.id, "status": monitor.status, "tool": source.tool, "agent_id": source.agent_id,
+              "arguments": source.arguments, "interval_seconds": monitor.interval_seconds,
+              "expires_at": iso(monitor.expires_at), "wakes_left": monitor.wakes_left, "notes": notes}
+    if monitor.status == AWAITING:
+        result["approve_url"] = f"{ctx.app_url}/commands/{monitor.id}"
+        notes.append(f"The tool {source.tool!r} asks its owner to approve each watch of it: nothing runs until the "
+                     "user approves this exact call on the conversation page or at approve_url. Tell the user, and "
+                     "give them the link.")
+    else:
+        notes.append("Its first poll runs now; a condition that already holds wakes you then.")
+    return monitor, result
 
 
 def _create_command(user: User, conversation: Conversation, spec, notes: list[str], ctx: CreateContext,

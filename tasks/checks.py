@@ -11,18 +11,24 @@ import dramatiq
 from engine.checks.cel import reads_now
 from engine.content import excerpt, sha256_hex
 from engine.pipeline import CHANGED, ERROR, FIRED, QUIET, Outcome, Prior, check_body, run_check
+from engine.errors import ContentError
+from engine.http import FetchError
 from engine.sources import DOCUMENT_SOURCES
+from engine.tools import run_tool
 from engine.placeholders import values as placeholder_values
 from engine.sources.time_source import parse_time
 from engine.spec import check_from_record, source_from_record
 from models import utcnow
 from models.claims import Claimed, load_claimed, release
 from models.documents import stored_body
+from models.tools import find_tool, load_tool
 from models.commands import dispatch_poll
 from models.judging import judge_match
 from models.monitors import load_for_check
 from models.tables import ACTIVE, Monitor
-from models.results import Recorded, fire_time_watch, pause_and_tell, record_check, record_judge_failure
+from models.results import (
+    Recorded, end_in_error, fire_time_watch, pause_and_tell, record_check, record_judge_failure,
+)
 from tasks.broker import UNAVAILABLE
 from tasks.events import publish_monitor, publish_quiet, publish_work
 from tasks.runtime import Runtime, current
@@ -65,8 +71,14 @@ def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded, Mo
         return check_document(runtime, monitor, now)
     prior = Prior(monitor.raw_hash, monitor.content_hash, monitor.state if monitor.state_json else None)
     filled = placeholder_values(now, monitor.prev_checked_at, monitor.last_changed_at)
-    outcome = run_check(runtime.source_io(), source_from_record(monitor.source), check_from_record(monitor.check),
-                        prior, runtime.settings.FETCH_MAX_TEXT_BYTES, now=now, placeholders=filled)
+    if monitor.source.get("type") == "tool":
+        ran = run_tool_poll(runtime, monitor, prior, filled, now)
+        if isinstance(ran, tuple):
+            return ran  # refused: the monitor was paused or ended, and told
+        outcome = ran
+    else:
+        outcome = run_check(runtime.source_io(), source_from_record(monitor.source), check_from_record(monitor.check),
+                            prior, runtime.settings.FETCH_MAX_TEXT_BYTES, now=now, placeholders=filled)
     if outcome.kind == QUIET:
         return outcome, record_check(monitor, monitor.claim_seq, outcome, now, runtime.lifecycle), None
     full = load_for_check(monitor.id)
@@ -92,6 +104,37 @@ def check_time_watch(runtime: Runtime, monitor: Claimed, now) -> tuple[Outcome, 
         return Outcome(QUIET), Recorded(False), None
     recorded = fire_time_watch(full, monitor.claim_seq, parse_time(full.source["fire_at"]), now, runtime.lifecycle)
     return Outcome(FIRED), recorded, full
+
+
+def run_tool_poll(runtime: Runtime, monitor: Claimed, prior: Prior, filled: dict, now):
+    """One headless run of a watched tool, as the owner, re-deciding first what create decided: tool sources are
+    still on, and the tool is still the one armed (its fingerprint). A refusal pauses or ends the monitor (a tuple
+    for check_one to return); otherwise the run's outcome."""
+    source = monitor.source
+    if not runtime.settings.TOOL_SOURCES_ENABLED:
+        full = load_for_check(monitor.id)
+        reason = "Tool watches were turned off on this Vigil instance (TOOL_SOURCES_ENABLED), so it can't poll."
+        return Outcome(ERROR, error=reason), pause_and_tell(full, monitor.claim_seq, reason, now), full
+    row = find_tool(monitor.user_id, source.get("agent_id"), source.get("tool"))
+    if row is None or row.fingerprint != source.get("tool_fingerprint"):
+        full = load_for_check(monitor.id)
+        reason = (f"The tool {source.get('tool')!r} was {'removed' if row is None else 'edited'} since it was armed, "
+                  "so the watch stopped rather than run a version you did not arm.")
+        return Outcome(ERROR, error=reason), end_in_error(full, monitor.claim_seq, reason, now), full
+    try:
+        body = run_tool(load_tool(row, runtime.keyring), source.get("arguments") or {}, runtime.fetcher(), filled)
+    except FetchError as exc:
+        return Outcome(ERROR, error=exc.message)
+    except ContentError as exc:
+        return Outcome(ERROR, error=f"{str(exc)[:1].upper()}{str(exc)[1:].rstrip('.')}.")
+    outcome = check_body(source_from_record(source), check_from_record(monitor.check), prior, body,
+                         runtime.settings.FETCH_MAX_TEXT_BYTES, now)
+    if outcome.kind == FIRED:  # the wake says what the tool answered, not only that the condition holds
+        arguments = ", ".join(f"{k}={v!r}" for k, v in (source.get("arguments") or {}).items())
+        found = (f"{source.get('tool')}({arguments}) {outcome.verdict.found}\nIts output:\n"
+                 f"{excerpt(outcome.text, SNAPSHOT_CHARS)}")
+        outcome = replace(outcome, verdict=replace(outcome.verdict, found=found))
+    return outcome
 
 
 def check_document(runtime: Runtime, monitor: Claimed, now) -> tuple[Outcome, Recorded, Monitor | None]:

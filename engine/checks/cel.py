@@ -94,9 +94,11 @@ def evaluate(check: CheckSpec, content: Content, previous: dict, now=None) -> Ve
     data = content.data if content.is_json else None
     earlier = previous["data"] if "data" in previous else data
     converted = to_cel(data)
-    result = _runner.decide(check.expr, {"data": converted, "doc": converted, "text": content.text,
-                                         "value": read_value(check, content), "previous": to_cel(earlier),
-                                         "now": timestamp(now)})
+    variables = {"data": converted, "doc": converted, "text": content.text, "value": read_value(check, content),
+                 "previous": to_cel(earlier), "now": timestamp(now)}
+    if content.variables:
+        variables.update(to_cel(content.variables))
+    result = _runner.decide(check.expr, variables)
     fired = result and not previous.get("holds", False)
     found = f"the condition is now true: {excerpt(check.expr, 300)}" if fired else ""
     return Verdict(fired=fired, summary=f"the condition is {'true' if result else 'false'} now", found=found,
@@ -106,6 +108,31 @@ def evaluate(check: CheckSpec, content: Content, previous: dict, now=None) -> Ve
 def decide(expr: str, variables: dict) -> bool:
     """The condition's value over `variables`, in the helper process under its deadline; raises ContentError."""
     return _runner.decide(expr, variables)
+
+
+def value(expr: str, variables: dict) -> object:
+    """Any expression's value as plain data (maps, lists, text, numbers, times as ISO text), in the helper process
+    under its deadline; raises ContentError."""
+    return _runner.decide(expr, variables, want="value")
+
+
+def value_here(expr: str, variables: dict) -> object:
+    return plain(run(expr, variables))
+
+
+def plain(result: object, depth: int = 0) -> object:
+    """A CEL result the parent can take back: JSON's types, times as ISO 8601 text."""
+    if depth > MAX_DEPTH:
+        raise ContentError(f"the value is nested more than {MAX_DEPTH} levels deep")
+    if isinstance(result, dict):
+        return {str(key): plain(item, depth + 1) for key, item in result.items()}
+    if isinstance(result, (list, tuple)):
+        return [plain(item, depth + 1) for item in result]
+    if isinstance(result, datetime):
+        return result.isoformat()
+    if result is None or isinstance(result, (str, int, float, bool)):
+        return result
+    return str(result)
 
 
 def decide_here(expr: str, variables: dict) -> bool:

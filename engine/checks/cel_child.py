@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import sys
 
-from engine.checks.cel import decide_here
+from engine.checks.cel import decide_here, value_here
 from engine.checks.cel_runner import receive, send
 from engine.errors import ContentError
 
@@ -27,11 +27,11 @@ def serve() -> None:
     os.dup2(2, 1)  # anything else printed goes to stderr, never into the replies
     while True:
         try:
-            expr, variables = receive(stdin)
+            expr, variables, want = receive(stdin)
         except EOFError:
             return
         try:
-            reply = ("ok", decide_here(expr, variables))
+            reply = ("ok", decide_here(expr, variables) if want == "bool" else value_here(expr, variables))
         except ContentError as exc:
             reply = ("error", str(exc))
         except MemoryError:

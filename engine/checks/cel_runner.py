@@ -41,11 +41,12 @@ class Runner:
         self._child: subprocess.Popen | None = None
         self._owner = 0  # the pid that started the child: a forked copy of this process starts its own
 
-    def decide(self, expr: str, variables: dict) -> bool:
-        """The condition's value, evaluated in the child; ContentError when it fails or overruns."""
+    def decide(self, expr: str, variables: dict, want: str = "bool") -> object:
+        """The condition's value (want "bool"), or any expression's value as plain data (want "value"),
+        evaluated in the child; ContentError when it fails or overruns."""
         with self._lock:
             try:
-                kind, value = self._ask((expr, variables))
+                kind, value = self._ask((expr, variables, want))
             except TimeoutError:
                 self._stop()
                 raise ContentError(f"the condition took longer than {self.seconds:g} s to evaluate and was "

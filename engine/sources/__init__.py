@@ -11,20 +11,22 @@ from engine import placeholders
 from engine.content import Content
 from engine.errors import SpecError
 from engine.sources import (
-    approval, command, document, feed, file, ingest, json_source, metric, page, time_source, webhook,
+    approval, command, document, feed, file, ingest, json_source, metric, page, time_source, tool, webhook,
 )
 from engine.sources.base import SourceIO, SourcePolicy, SourceSpec
 
 #: source type -> the module that reads and normalizes it
 KINDS = {"page": page, "json": json_source, "feed": feed, "file": file, "metric": metric, "webhook": webhook,
-         "approval": approval, "command": command, "time": time_source, "document": document, "ingest": ingest}
+         "approval": approval, "command": command, "time": time_source, "document": document, "ingest": ingest, "tool": tool}
 #: sources read from the documents Vigil keeps, checked on every write of their document
 DOCUMENT_SOURCES = ("document", "ingest")
+#: seed 001's watches: three evaluation failures in a row end them in `error` (seed 000's pause them)
+ERROR_PATH_SOURCES = (*DOCUMENT_SOURCES, "tool")
 SOURCE_TYPES = tuple(KINDS)
 #: the fields read() fills placeholders in; the url's values are percent-encoded
 PLACEHOLDER_FIELDS = ("url", "path", "command")
 
-__all__ = ["DOCUMENT_SOURCES", "KINDS", "SOURCE_TYPES", "SourceIO", "SourcePolicy", "SourceSpec", "fill_placeholders", "normalize",
+__all__ = ["DOCUMENT_SOURCES", "ERROR_PATH_SOURCES", "KINDS", "SOURCE_TYPES", "SourceIO", "SourcePolicy", "SourceSpec", "fill_placeholders", "normalize",
            "parse_source", "read"]
 
 

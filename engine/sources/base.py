@@ -37,6 +37,13 @@ class SourceSpec:
     #: a document (or ingest) watch's document, as the platform stores it through /api/documents
     item_type: str | None = None
     item_id: str | None = None
+    #: a tool watch's tool (on agent_id, default the calling agent), its arguments, and what create resolved:
+    #: the registry entry and the fingerprint of its executable surface
+    tool: str | None = None
+    arguments: dict | None = None
+    agent_id: str | None = None
+    tool_id: int | None = None
+    tool_fingerprint: str | None = None
 
 
 @dataclass(frozen=True)

@@ -61,10 +61,18 @@ def test_time_with_fire_at_passes_it_on_for_monitor_create_to_check():
     assert call.arguments["source"] == {"type": "time", "fire_at": "2026-12-01T17:00:00Z"}
 
 
-def test_agent_tool_is_refused_for_want_of_a_tool_registry():
-    message = refusal({"watchType": "agent_tool", "toolName": "get_ticket", "condition": {"expr": "data.done"}})
-    assert message.startswith("agent_tool watches re-run one of the agent's own tools")
-    assert "use dynadata_doc or time" in message
+def test_agent_tool_becomes_a_tool_source_polled_at_its_interval_with_its_condition():
+    call = translate_create({"watchType": "agent_tool", "toolName": "get_ticket", "toolArgs": {"id": "T-7"},
+                             "agentId": "support", "intervalMinutes": 10, "condition": {"expr": "data.done"}})
+    assert call.arguments["source"] == {"type": "tool", "tool": "get_ticket", "arguments": {"id": "T-7"},
+                                        "agent_id": "support"}
+    assert call.arguments["check"] == {"type": "cel", "expr": "data.done"}
+    assert call.arguments["interval"] == 600 and call.arguments["description"] == "the tool get_ticket"
+
+
+def test_agent_tool_without_a_condition_is_refused_with_an_example():
+    message = refusal({"watchType": "agent_tool", "toolName": "get_ticket"})
+    assert message.startswith("condition is required for agent_tool") and "data.reached == true" in message
 
 
 @pytest.mark.parametrize("watch_type", [None, "", "document", "Time", "cron", 3])
