@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/run_all.py [--only quiet_checks,memory] [--skip judge_calls]
 
-Each benchmark runs as its own process with its default sizes (~13 minutes in all) and writes its full
+Each benchmark runs as its own process with its default sizes (~15 minutes in all) and writes its full
 report to bench/results/<name>.md and its headline figures to bench/results/<name>.json; this collects the
 figures. A benchmark that fails is reported as failed and the others still run. See bench/README.md.
 """
@@ -25,8 +25,8 @@ if str(ROOT) not in sys.path:
 from bench.common import PYTHON, RESULTS, failed, hold_signals, prepare, publish, versions  # noqa: E402
 
 #: in the order they run: the cheap ones first, so a broken set-up shows early
-BENCHMARKS = ("judge_calls", "quiet_checks", "trigger_ingest", "stream_lines", "web_under_load", "scheduler_cost",
-              "memory")
+BENCHMARKS = ("judge_calls", "quiet_checks", "trigger_ingest", "stream_lines", "time_and_documents", "web_under_load",
+              "scheduler_cost", "memory")
 
 
 def run_one(name: str) -> tuple[int, float]:

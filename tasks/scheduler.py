@@ -1,6 +1,7 @@
 """The scheduler: a loop that only claims due monitors and enqueues their checks.
 
-It keeps time with a monotonic clock and skips missed ticks rather than replaying them.
+It ticks just after each wall-clock tick boundary (time watches are due on whole seconds) and skips missed
+ticks rather than replaying them.
 """
 
 from __future__ import annotations
@@ -73,9 +74,20 @@ def sweep(now: datetime, older_than_seconds: int) -> int:
     return len(stale) + len(results)
 
 
+#: how long after a wall-clock tick boundary the tick runs: a time watch due at 12:00:05 is claimed at 12:00:05.005
+ALIGN_SLACK_SECONDS = 0.005
+
+
+def wait_for_boundary(tick_seconds: float, now: float) -> float:
+    """Seconds until just after the next multiple of tick_seconds on the wall clock. Time watches are due on whole
+    seconds; ticking at a phase of the scheduler's own start would add up to a whole tick to every one of them."""
+    return tick_seconds - (now % tick_seconds) + ALIGN_SLACK_SECONDS
+
+
 def run(tick_seconds: float, batch_size: int, stop: threading.Event, sweep_seconds: int = 30) -> None:
-    """Tick until `stop` is set; a full batch goes again at once. Sweeps deliveries every sweep_seconds."""
-    next_tick = next_sweep = time.monotonic()
+    """Tick until `stop` is set, just after each wall-clock tick boundary; a full batch goes again at once (missed
+    ticks are skipped, not replayed). Sweeps deliveries every sweep_seconds."""
+    next_sweep = time.monotonic()
     while not stop.is_set():
         try:
             with connection():
@@ -91,8 +103,4 @@ def run(tick_seconds: float, batch_size: int, stop: threading.Event, sweep_secon
             claimed = 0
         if claimed >= batch_size:
             continue
-        next_tick += tick_seconds
-        now = time.monotonic()
-        if next_tick < now:
-            next_tick = now + tick_seconds
-        stop.wait(next_tick - now)
+        stop.wait(wait_for_boundary(tick_seconds, time.time()))
