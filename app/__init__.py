@@ -16,6 +16,7 @@ from app import unavailable
 from app.actions import ActionsController
 from app.approvals import ApprovalsController
 from app.capacity import install_lanes, lanes_middleware
+from app.connections import ConnectionsController
 from app.conversations_api import ConversationsController
 from app.devices import DevicesController
 from app.documents import DocumentsController
@@ -86,6 +87,7 @@ def create_app(settings: Settings) -> Litestar:
         route_handlers=[ToolController, ConversationsController, MonitorsController, EventsController,
                         PagesController, ModelsController, TriggersController, ApprovalsController, healthz,
                         DevicesController, RunnerController, DocumentsController, ActionsController, ToolsController,
+                        ConnectionsController,
                         create_static_files_router(path="/static", directories=[STATIC])],
         middleware=[lanes_middleware, session.middleware],
         exception_handlers={**unavailable.HANDLERS, RequestEntityTooLarge: _too_large(settings.API_MAX_BODY_BYTES)},

@@ -21,7 +21,9 @@ from app.capacity import Busy, create_gate
 from app.openapi import TOOL_CALL, ToolReply, errors
 from engine.links import app_base, public_base
 from app.settings import limits_from
+from adapters.mcp_client import McpError, list_tools
 from engine.sources import DOCUMENT_SOURCES
+from models.connections import credentials, find_connection
 from models.tables import ACTIVE
 from tasks.checks import queue_claims
 from tasks.events import publish_monitor
@@ -39,7 +41,11 @@ class ToolController(Controller):
         first check (no connection, in the create pool, bounded per process and per account), store (a
         connection)."""
         action, arguments, context = _parse_body(data)
-        first = await sync_to_thread(_call, request, action, arguments, context)
+        source = arguments.get("source") if action == "monitor_create" else None
+        listing = (None, "")
+        if isinstance(source, dict) and source.get("type") == "tool" and isinstance(source.get("connection"), str):
+            listing = await _list_connection(request, source["connection"])
+        first = await sync_to_thread(_call, request, action, arguments, context, listing)
         if not isinstance(first, Prepared):
             return first
         settings = current().settings
@@ -57,7 +63,37 @@ class ToolController(Controller):
         return await sync_to_thread(_store, request, first, outcome, checked_at)
 
 
-def _call(request: Request, action: str, arguments: dict, context: dict) -> dict | Prepared:
+async def _list_connection(request: Request, name: str) -> tuple[tuple | None, str]:
+    """An MCP connection's tools, for a watch of one: listed in the create pool with no database connection held,
+    bounded like a first check. (None, why) when they can't be."""
+    found = await sync_to_thread(_connection_credentials, request, name)
+    if found is None:
+        return None, ""  # no such connection: monitor_create says so, naming the ones there are
+    user_id, url, token = found
+    settings = current().settings
+    gate = create_gate(settings.CREATE_CONCURRENCY, settings.CREATE_CONCURRENCY_PER_ACCOUNT)
+    deadline = settings.CREATE_FETCH_TIMEOUT_SECONDS
+    try:
+        tools = await gate.run(user_id, lambda: list_tools(url, token, timeout=deadline,
+                                                           allow_loopback=settings.FETCH_ALLOW_LOOPBACK), deadline + 1)
+    except Busy as exc:
+        return None, str(exc)
+    except asyncio.TimeoutError:
+        return None, f"The MCP connection {name!r} did not list its tools within {deadline:g} seconds; try again."
+    except McpError as exc:
+        return None, f"The MCP connection {name!r} could not list its tools: {exc.message}"
+    return tuple(tools), ""
+
+
+def _connection_credentials(request: Request, name: str) -> tuple[int, str, str | None] | None:
+    with connection():
+        user = token_user(request, count=False)
+        row = find_connection(user.id, name)
+        return None if row is None else (user.id, *credentials(row, current().keyring))
+
+
+def _call(request: Request, action: str, arguments: dict, context: dict,
+          listing: tuple[tuple | None, str] = (None, "")) -> dict | Prepared:
     """The reply, or a polled monitor_create that still needs its first check."""
     with connection():
         user = token_user(request)
@@ -75,7 +111,8 @@ def _call(request: Request, action: str, arguments: dict, context: dict) -> dict
             if action == "start":
                 return _published(*watch_start(user, conversation, arguments, context.get("device"),
                                                create_context(), utcnow(), _woken_by(context)))
-            prepared = prepare_create(user, conversation, arguments, create_context(), utcnow(), _woken_by(context))
+            prepared = prepare_create(user, conversation, arguments, create_context(*listing), utcnow(),
+                                      _woken_by(context))
             if isinstance(prepared, Prepared):
                 return prepared
             queue_first_check(prepared[0])
@@ -104,7 +141,7 @@ def _published(monitor, result: dict) -> dict:
     return {"ok": True, "result": result}
 
 
-def create_context() -> CreateContext:
+def create_context(mcp_listing: tuple | None = None, mcp_error: str = "") -> CreateContext:
     runtime = current()
     settings = runtime.settings
     if not settings.MONITORS_ENABLED:
@@ -113,7 +150,7 @@ def create_context() -> CreateContext:
     return CreateContext(limits_from(settings), runtime.source_io(), settings.FETCH_MAX_TEXT_BYTES,
                          runtime.judge_policy, runtime.keyring, api_base,
                          app_base(settings.PUBLIC_APP_URL, settings.SERVE_UI, api_base),
-                         tools_enabled=settings.TOOL_SOURCES_ENABLED)
+                         tools_enabled=settings.TOOL_SOURCES_ENABLED, mcp_listing=mcp_listing, mcp_error=mcp_error)
 
 
 def _parse_body(data: Any) -> tuple[str, dict, dict]:

@@ -342,7 +342,11 @@ class Fetcher:
         seconds = min(self.policy.timeout, timeout) if timeout is not None else self.policy.timeout
         with _Deadline(seconds) as deadline:
             if method in ("GET", "HEAD"):
-                return self._follow(url, self._merged(headers), deadline, method=method, strict=False)
+                # every header the caller gives is a secret here (a tool's): none of them follows a redirect off
+                # the origin, not only the usual credential headers
+                private = frozenset(name.lower() for name in headers or ())
+                return self._follow(url, self._merged(headers), deadline, method=method, strict=False,
+                                    private=private)
             resp = self._send(url, self._merged(headers), deadline, method=method, body=body)
             try:
                 return self._finish(resp, deadline, strict=False)
@@ -360,7 +364,7 @@ class Fetcher:
         return {name: value for name, value in pairs.values() if value is not None}
 
     def _follow(self, url: str, headers: dict[str, str], deadline: _Deadline, method: str = "GET",
-                strict: bool = True) -> Response:
+                strict: bool = True, private: frozenset = frozenset()) -> Response:
         for _ in range(self.policy.max_redirects + 1):
             resp = self._send(url, headers, deadline, method=method)
             try:
@@ -375,7 +379,8 @@ class Fetcher:
                     resp.close()
                 resp.release_conn()  # urllib3 released it already if the body was read to its end
             if _strips_credentials(url, target):
-                headers = {k: v for k, v in headers.items() if k.lower() not in _CREDENTIAL_HEADERS}
+                headers = {k: v for k, v in headers.items()
+                           if k.lower() not in _CREDENTIAL_HEADERS and k.lower() not in private}
             url = target
         raise FetchError(f"The page led through more than {self.policy.max_redirects} redirects; "
                          "the redirect chain is too long or loops.")

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 
 from engine.checks import CheckSpec, parse_check
 from engine.durations import describe_duration, parse_duration
 from engine.errors import SpecError
+from engine.schedule import JITTER_FRACTION
 from engine.sources import SOURCE_TYPES, SourcePolicy, SourceSpec, parse_source
 from engine.sources.ingest import CONDITION as INGEST_CONDITION
 
@@ -201,17 +203,19 @@ def _ingest_spec(spec: MonitorSpec, arguments: dict, limits: Limits, notes: list
                    interval_seconds=_document_interval(arguments, limits, notes))
 
 
-#: seed 001: a watched tool is polled every 5 to 1440 minutes, jittered
+#: seed 001: a watched tool is polled every 5 to 1440 minutes, jittered, and never faster than 5 minutes: the
+#: shortest interval stored is one whose -10% jitter (engine/schedule.py) still leaves 5 minutes
 TOOL_MIN_INTERVAL, TOOL_MAX_INTERVAL = 300, 86400
+TOOL_MIN_STORED_INTERVAL = math.ceil(TOOL_MIN_INTERVAL / (1 - JITTER_FRACTION))
 
 
 def _tool_spec(spec: MonitorSpec, arguments: dict, notes: list[str]) -> MonitorSpec:
     """A tool watch polls within seed 001's 5–1440 minutes; its check reads output, outputText, data and steps."""
     seconds = spec.interval_seconds
-    clamped = min(max(seconds, TOOL_MIN_INTERVAL), TOOL_MAX_INTERVAL)
+    clamped = min(max(seconds, TOOL_MIN_STORED_INTERVAL), TOOL_MAX_INTERVAL)
     if clamped != seconds:
-        notes.append(f"A watched tool is polled every 5 minutes to 24 hours, so the interval is "
-                     f"{describe_duration(clamped)}.")
+        notes.append(f"A watched tool is polled every 5 minutes to 24 hours, never sooner than 5 minutes with its "
+                     f"jitter, so the interval is {describe_duration(clamped)}.")
     return replace(spec, interval_seconds=clamped)
 
 

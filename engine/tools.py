@@ -31,6 +31,7 @@ SCALARS = ("string", "number", "integer", "boolean")
 STEP_FIELDS = frozenset({"kind", "method", "url", "headers", "query", "body", "read_only"})
 TOOL_FIELDS = frozenset({"description", "parameters", "steps", "output", "requires_approval"})
 _NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}")
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,100}")
 _ARG = re.compile(r"\{\{\s*args\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 MAX_DESCRIPTION = 2000
 MAX_STEP_BODY_CHARS = 256 * 1024
@@ -135,6 +136,12 @@ def _step(index: int, raw: object, parameters: dict) -> Step:
         if not isinstance(mapping, dict) or not all(isinstance(k, str) and isinstance(v, (str, int, float, bool))
                                                     for k, v in mapping.items()):
             raise SpecError(f"{where}.{name} must be an object of text values.")
+    for key, value in headers.items():  # the value is a secret: the refusal names the header, never quotes it
+        if not _HEADER_NAME.fullmatch(key):
+            raise SpecError(f"{where}.headers has a name that is not a valid header name: {key[:40]!r}.")
+        if not str(value).isprintable():
+            raise SpecError(f"{where}.headers.{key} holds a line break or another control character; send the "
+                            "value on one line.")
     read_only = raw.get("read_only", False)
     if not isinstance(read_only, bool):
         raise SpecError(f"{where}.read_only must be true or false.")
@@ -216,22 +223,26 @@ def run_tool(tool: ToolDef, arguments: dict, fetcher: Fetcher, values: dict[str,
     A step that answers (any status) is completed; one that can't run (DNS, refused, timeout) ends the chain.
     FetchError when no step completed or the whole call overran `seconds`; ContentError when output.main fails."""
     start = clock()
-    filled = {**values, **{f"args.{k}": _text(v) for k, v in arguments.items()}}
+    # a string argument may hold the source placeholders too ({{last_checked_date}}…), filled before it is used
+    filled = {**values, **{f"args.{k}": _fill(_text(v), values) for k, v in arguments.items()}}
     results: list[StepResult] = []
     for step in tool.steps:
         left = seconds - (clock() - start)
         if left <= 0:
             raise FetchError(f"The tool {tool.name!r} took longer than {seconds:g} s, the most a watched tool may "
                              "take for one poll.", unreachable=False)
+        headers = {k: _fill(v, filled) for k, v in step.headers.items()}
+        bad = next((k for k, v in headers.items() if not v.isprintable()), None)
+        if bad is not None:  # an argument put a line break into a header: refused, the value never quoted
+            results.append(StepResult(False, None, f"header {bad} would hold a control character"))
+            break
         try:
-            response = fetcher.call(step.method, _url(step, filled), {k: _fill(v, filled) for k, v in
-                                                                        step.headers.items()},
-                                    _body(step, filled), timeout=left)
+            response = fetcher.call(step.method, _url(step, filled), headers, _body(step, filled), timeout=left)
         except FetchError as exc:
             if clock() - start >= seconds:
                 raise FetchError(f"The tool {tool.name!r} took longer than {seconds:g} s, the most a watched tool "
                                  "may take for one poll.", unreachable=False) from None
-            results.append(StepResult(False, None, exc.message))
+            results.append(StepResult(False, None, _without(exc.message, headers.values())))
             break
         results.append(StepResult(200 <= response.status < 300, response.status, None,
                                   _parsed(response.body, response.headers), response.headers))
@@ -241,6 +252,14 @@ def run_tool(tool: ToolDef, arguments: dict, fetcher: Fetcher, values: dict[str,
                                                 "could not run"} for _ in tool.steps[len(results):]]
     output = _output(tool, arguments, results)
     return json.dumps({"output": output, "steps": steps}, ensure_ascii=False, sort_keys=True).encode("utf-8")
+
+
+def _without(message: str, secrets) -> str:
+    """An error message with any header value in it masked: header values are secrets."""
+    for secret in sorted(secrets, key=len, reverse=True):
+        if len(secret) >= 4:
+            message = message.replace(secret, "••••••••")
+    return message
 
 
 def _output(tool: ToolDef, arguments: dict, results: list[StepResult]) -> object:
@@ -371,3 +390,37 @@ def tool_to_record(tool: ToolDef) -> tuple[dict, list[dict]]:
 __all__ = ["MAX_STEPS", "RUN_SECONDS", "Step", "ToolDef", "check_arguments", "check_name", "fingerprint",
            "is_read_only", "output_data", "output_text", "parse_tool", "run_tool", "tool_from_record",
            "tool_to_record"]
+
+
+# --- MCP tools (a connection's server lists them; Vigil calls them with the official client) -----------------
+
+def mcp_fingerprint(name: str, input_schema: dict, annotations: dict) -> str:
+    """An MCP tool's executable surface: its name, inputSchema and annotations (title and description are
+    cosmetic)."""
+    surface = {"name": name, "input_schema": input_schema or {}, "annotations": annotations or {}}
+    return hashlib.sha256(json.dumps(surface, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def check_mcp_arguments(name: str, input_schema: dict, arguments: object) -> dict:
+    """Arguments for an MCP tool: scalars only, each declared in its inputSchema, of the declared type when it is
+    a scalar one, and the required ones present."""
+    properties = (input_schema or {}).get("properties") or {}
+    declared = {key: {"type": prop.get("type") if prop.get("type") in SCALARS else "string"}
+                for key, prop in properties.items() if isinstance(prop, dict)}
+    tool = ToolDef(name, "", {"type": "object", "properties": declared,
+                              "required": [r for r in (input_schema or {}).get("required") or [] if r in declared]},
+                   (), "", False)
+    wrong = [key for key, prop in properties.items() if isinstance(prop, dict) and prop.get("type") in
+             ("object", "array") and key in (input_schema or {}).get("required", [])]
+    if wrong:
+        raise SpecError(f"The tool {name!r} needs {wrong[0]!r}, an {properties[wrong[0]]['type']}; a watched tool "
+                        "takes scalar arguments only.")
+    return check_arguments(tool, arguments)
+
+
+def mcp_run_body(is_error: bool, text: str, structured: object) -> bytes:
+    """An MCP call as a watch reads it: output is the structured content (or the text), one step ok unless the
+    tool said isError."""
+    output = structured if structured is not None else text
+    step = {"ok": not is_error, "status": None, "error": excerpt(text, 300) if is_error else None}
+    return json.dumps({"output": output, "steps": [step]}, ensure_ascii=False, sort_keys=True).encode("utf-8")

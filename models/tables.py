@@ -376,6 +376,19 @@ class ToolApproval(BaseModel):
         table_name = "tool_approvals"
 
 
+class McpConnection(BaseModel):
+    """An MCP server the owner connected (Settings → Connections); its bearer token stored encrypted."""
+    user = peewee.ForeignKeyField(User, on_delete="CASCADE", index=False)
+    name = peewee.CharField(max_length=40)
+    url = peewee.CharField(max_length=2000)
+    token_encrypted = peewee.TextField(default="")
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "mcp_connections"
+        indexes = ((("user", "name"), True),)
+
+
 ALL_TABLES = [User, ApiToken, Conversation, Message, Monitor, MonitorRun, Wake, JudgeModel, TokenUsage,
               TriggerLink, Delivery, AuditEvent, ApprovalRequest, Device, PairingCode, CommandRun, RunRecord,
-              CommandApproval, Document, AgentTool, ToolApproval]
+              CommandApproval, Document, AgentTool, ToolApproval, McpConnection]

@@ -31,6 +31,9 @@ from models.monitors import (
 )
 from models.conversations import conversation_for, find_conversation
 from models.documents import get_document
+from models.connections import (
+    create_connection_monitor, find_connection, resolve_connection_watch, user_connections,
+)
 from models.tools import ToolRefused, armed_tool_watches, create_tool_monitor, resolve_watch
 from models.tables import AWAITING, Conversation, Device, User
 
@@ -55,6 +58,10 @@ class CreateContext:
     app_url: str = DEFAULT_BASE
     #: TOOL_SOURCES_ENABLED
     tools_enabled: bool = True
+    #: a tool watch on an MCP connection: the connection's tools, listed by the caller with no database connection
+    #: held (or why they could not be)
+    mcp_listing: tuple | None = None
+    mcp_error: str = ""
 
 
 @dataclass(frozen=True)
@@ -216,25 +223,45 @@ def _create_tool(user: User, conversation: Conversation, spec, notes: list[str],
     if not ctx.tools_enabled:
         raise ToolError("Tool watches are turned off on this Vigil instance (TOOL_SOURCES_ENABLED); tell the user.")
     try:
-        spec, tool = resolve_watch(user, conversation, spec)
+        if spec.source.connection:
+            spec, needs_approval = _resolve_connection(user, spec, ctx)
+        else:
+            spec, tool = resolve_watch(user, conversation, spec)
+            needs_approval = tool.requires_approval
     except ToolRefused as exc:
         raise ToolError(str(exc)) from None
     if armed_tool_watches(user) >= ctx.limits.max_armed_tool_watches:
         raise LimitReached(f"This account already has {ctx.limits.max_armed_tool_watches} armed tool watches, the "
                            "most it may have (each one is a recurring poll); cancel one and its slot frees at once.")
-    monitor = create_tool_monitor(user, conversation, spec, tool, now)
+    if spec.source.connection:
+        monitor = create_connection_monitor(user, conversation, spec, needs_approval, now)
+    else:
+        monitor = create_tool_monitor(user, conversation, spec, tool, now)
     source = spec.source
-    result = {"monitor_id": monitor.id, "status": monitor.status, "tool": source.tool, "agent_id": source.agent_id,
+    result = {"monitor_id": monitor.id, "status": monitor.status, "tool": source.tool,
+              **({"connection": source.connection} if source.connection else {"agent_id": source.agent_id}),
               "arguments": source.arguments, "interval_seconds": monitor.interval_seconds,
               "expires_at": iso(monitor.expires_at), "wakes_left": monitor.wakes_left, "notes": notes}
     if monitor.status == AWAITING:
         result["approve_url"] = f"{ctx.app_url}/commands/{monitor.id}"
-        notes.append(f"The tool {source.tool!r} asks its owner to approve each watch of it: nothing runs until the "
-                     "user approves this exact call on the conversation page or at approve_url. Tell the user, and "
-                     "give them the link.")
+        why = ("doesn't say it only reads (readOnlyHint)" if source.connection
+               else "asks its owner to approve each watch of it")
+        notes.append(f"The tool {source.tool!r} {why}: nothing runs until the user approves this exact call on the "
+                     "conversation page or at approve_url. Tell the user, and give them the link.")
     else:
         notes.append("Its first poll runs now; a condition that already holds wakes you then.")
     return monitor, result
+
+
+def _resolve_connection(user: User, spec, ctx: CreateContext):
+    if find_connection(user.id, spec.source.connection) is None:
+        names = ", ".join(repr(c.name) for c in user_connections(user)) or "none yet"
+        raise ToolRefused(f"There is no MCP connection {spec.source.connection!r} (the owner's connections: {names}; "
+                          "the owner adds one in Settings → Connections).")
+    if ctx.mcp_listing is None:
+        raise ToolRefused(ctx.mcp_error or f"The tools of the MCP connection {spec.source.connection!r} could not be "
+                          "listed; try again.")
+    return resolve_connection_watch(user, spec, list(ctx.mcp_listing))
 
 
 def _create_command(user: User, conversation: Conversation, spec, notes: list[str], ctx: CreateContext,

@@ -24,7 +24,8 @@ from models.db import database, iso
 from models.monitors import create_event_monitor, load_for_check
 from models.results import end_any_in_error, write_wake
 from models.tables import (
-    ACTIVE, AWAITING, CANCELLED, NOT_ENDED, AgentTool, AuditEvent, Conversation, Monitor, ToolApproval, User,
+    ACTIVE, AWAITING, CANCELLED, NOT_ENDED, AgentTool, AuditEvent, Conversation, McpConnection, Monitor, ToolApproval,
+    User,
 )
 
 MASK = "••••••••"
@@ -92,9 +93,11 @@ def delete_tool(user: User, agent_id: str, name: str, now: datetime) -> list:
                            "stopped.", now)
 
 
-def end_watches(key: str, reason: str, now: datetime) -> list:
+def end_watches(key: str, reason: str, now: datetime, like: bool = False) -> list:
+    """End every live watch with this key (a LIKE pattern when `like`), each telling its conversation once."""
+    matching = Monitor.watch_key ** key if like else Monitor.watch_key == key
     ended = []
-    for monitor in Monitor.select(Monitor.id).where((Monitor.watch_key == key) & Monitor.status.in_(NOT_ENDED)):
+    for monitor in Monitor.select(Monitor.id).where(matching & Monitor.status.in_(NOT_ENDED)):
         full = load_for_check(monitor.id)
         woke = end_any_in_error(full, reason, now)
         if woke is not False:
@@ -199,9 +202,15 @@ def decide_tool(user: User, monitor_id: str, approve: bool, now: datetime) -> tu
         if monitor is None or monitor.status != AWAITING or approval.decision is not None:
             raise ToolRefused("This tool call is not waiting for approval any more.", 409)
         source = monitor.source
-        row = find_tool(user.id, source.get("agent_id"), source.get("tool"))
-        if row is None or row.fingerprint != approval.fingerprint or approval.arguments != source.get("arguments") \
-                or approval.tool_key != monitor.watch_key:
+        if source.get("connection"):  # an MCP tool: its listing is checked again at every poll
+            connected = McpConnection.get_or_none((McpConnection.user == user.id)
+                                                  & (McpConnection.name == source["connection"]))
+            current = approval.fingerprint if connected else None
+        else:
+            row = find_tool(user.id, source.get("agent_id"), source.get("tool"))
+            current = row.fingerprint if row is not None else None
+        if current != approval.fingerprint or approval.fingerprint != source.get("tool_fingerprint") \
+                or approval.arguments != source.get("arguments") or approval.tool_key != monitor.watch_key:
             raise ToolRefused("The tool or its call changed since it was asked for; it can't be approved.", 409)
         ToolApproval.update(decision="approved" if approve else "denied", decided_at=now) \
             .where(ToolApproval.id == approval.id).execute()
@@ -222,7 +231,8 @@ def decide_tool(user: User, monitor_id: str, approve: bool, now: datetime) -> tu
 
 def _audit(monitor: Monitor, source: dict | object, decision: str) -> None:
     get = source.get if isinstance(source, dict) else lambda name: getattr(source, name)
-    detail = {"agent_id": get("agent_id"), "tool": get("tool"), "arguments": get("arguments"),
+    detail = {"agent_id": get("agent_id"), "connection": get("connection"), "tool": get("tool"),
+              "arguments": get("arguments"),
               "fingerprint": get("tool_fingerprint"), "decision": decision}
     AuditEvent.create(user=monitor.user_id, action="tool.armed", monitor=monitor.id,
                       detail=json.dumps(detail, ensure_ascii=False))

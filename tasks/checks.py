@@ -14,7 +14,10 @@ from engine.pipeline import CHANGED, ERROR, FIRED, QUIET, Outcome, Prior, check_
 from engine.errors import ContentError
 from engine.http import FetchError
 from engine.sources import DOCUMENT_SOURCES
-from engine.tools import run_tool
+from adapters.mcp_client import McpError
+from engine.tools import RUN_SECONDS, mcp_fingerprint, mcp_run_body, run_tool
+from models.connections import credentials, find_connection, pick_tool
+from models.tools import ToolRefused
 from engine.placeholders import values as placeholder_values
 from engine.sources.time_source import parse_time
 from engine.spec import check_from_record, source_from_record
@@ -29,6 +32,7 @@ from models.tables import ACTIVE, Monitor
 from models.results import (
     Recorded, end_in_error, fire_time_watch, pause_and_tell, record_check, record_judge_failure,
 )
+from tasks import mcp
 from tasks.broker import UNAVAILABLE
 from tasks.events import publish_monitor, publish_quiet, publish_work
 from tasks.runtime import Runtime, current
@@ -115,6 +119,8 @@ def run_tool_poll(runtime: Runtime, monitor: Claimed, prior: Prior, filled: dict
         full = load_for_check(monitor.id)
         reason = "Tool watches were turned off on this Vigil instance (TOOL_SOURCES_ENABLED), so it can't poll."
         return Outcome(ERROR, error=reason), pause_and_tell(full, monitor.claim_seq, reason, now), full
+    if source.get("connection"):
+        return _run_connection_tool(runtime, monitor, prior, now)
     row = find_tool(monitor.user_id, source.get("agent_id"), source.get("tool"))
     if row is None or row.fingerprint != source.get("tool_fingerprint"):
         full = load_for_check(monitor.id)
@@ -135,6 +141,38 @@ def run_tool_poll(runtime: Runtime, monitor: Claimed, prior: Prior, filled: dict
                  f"{excerpt(outcome.text, SNAPSHOT_CHARS)}")
         outcome = replace(outcome, verdict=replace(outcome.verdict, found=found))
     return outcome
+
+
+def _run_connection_tool(runtime: Runtime, monitor: Claimed, prior: Prior, now):
+    """An MCP connection's tool: the connection must still be there, and its listing (cached for at most one
+    interval) must still show exactly one tool of that name with the fingerprint armed, and not destructive."""
+    source, settings = monitor.source, runtime.settings
+    row = find_connection(monitor.user_id, source["connection"])
+    if row is None:
+        return _ended(monitor, f"The MCP connection {source['connection']!r} was removed, so the watch stopped.", now)
+    url, token = credentials(row, runtime.keyring)
+    try:
+        tools = mcp.listing(row.id, url, token, max(monitor.interval_seconds, 60), settings.FETCH_ALLOW_LOOPBACK)
+        try:
+            tool = pick_tool(tools, source["connection"], source["tool"])
+        except ToolRefused as exc:
+            return _ended(monitor, f"{exc} The watch stopped rather than guess.", now)
+        if mcp_fingerprint(tool.name, tool.input_schema, tool.annotations) != source.get("tool_fingerprint") \
+                or (tool.annotations or {}).get("destructiveHint") is True:
+            return _ended(monitor, f"The MCP tool {tool.name!r} changed since it was armed (its inputSchema or "
+                          "annotations), so the watch stopped rather than run a version you did not arm.", now)
+        result = mcp.call_tool(url, token, tool.name, source.get("arguments") or {}, timeout=RUN_SECONDS,
+                               allow_loopback=settings.FETCH_ALLOW_LOOPBACK)
+    except McpError as exc:
+        return Outcome(ERROR, error=exc.message)
+    body = mcp_run_body(result.is_error, result.text, result.structured)
+    return check_body(source_from_record(source), check_from_record(monitor.check), prior, body,
+                      settings.FETCH_MAX_TEXT_BYTES, now)
+
+
+def _ended(monitor: Claimed, reason: str, now):
+    full = load_for_check(monitor.id)
+    return Outcome(ERROR, error=reason), end_in_error(full, monitor.claim_seq, reason, now), full
 
 
 def check_document(runtime: Runtime, monitor: Claimed, now) -> tuple[Outcome, Recorded, Monitor | None]:

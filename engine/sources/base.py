@@ -42,6 +42,7 @@ class SourceSpec:
     tool: str | None = None
     arguments: dict | None = None
     agent_id: str | None = None
+    connection: str | None = None
     tool_id: int | None = None
     tool_fingerprint: str | None = None
 

@@ -16,12 +16,18 @@ from engine.http import FetchError
 from engine.sources.base import SourceIO, SourcePolicy, SourceSpec
 from engine.tools import check_name, output_data, output_text
 
-FIELDS = frozenset({"type", "tool", "arguments", "agent_id"})
+#: source.tool is checked like a declared tool's name; an MCP tool's name may hold more (e.g. slashes), so it is
+#: only checked for length there
+FIELDS = frozenset({"type", "tool", "arguments", "agent_id", "connection"})
 MAX_ARGUMENTS_CHARS = 4000
 
 
 def parse(raw: dict, policy: SourcePolicy) -> SourceSpec:
-    tool = check_name(raw.get("tool"), "source.tool")
+    tool = raw.get("tool")
+    if raw.get("connection") is None:
+        check_name(tool, "source.tool")
+    elif not isinstance(tool, str) or not tool or len(tool) > 128 or not tool.isprintable():
+        raise SpecError("source.tool must be the tool's name as its MCP server lists it.")
     arguments = raw.get("arguments", {})
     if not isinstance(arguments, dict):
         raise SpecError("source.arguments must be an object of the tool's arguments (scalars).")
@@ -30,7 +36,15 @@ def parse(raw: dict, policy: SourcePolicy) -> SourceSpec:
     agent = raw.get("agent_id")
     if agent is not None and (not isinstance(agent, str) or not agent.strip() or len(agent) > 200):
         raise SpecError("source.agent_id must be the id of the agent whose tool it is (text, at most 200).")
-    return SourceSpec(type="tool", tool=tool, arguments=arguments, agent_id=agent)
+    connection = raw.get("connection")
+    if connection is not None:
+        if agent is not None:
+            raise SpecError("A tool is either an agent's (source.agent_id) or an MCP connection's "
+                            "(source.connection), not both.")
+        if not isinstance(connection, str) or not connection.strip() or len(connection) > 40:
+            raise SpecError("source.connection must be the name of one of the owner's MCP connections "
+                            "(Settings → Connections).")
+    return SourceSpec(type="tool", tool=tool, arguments=arguments, agent_id=agent, connection=connection)
 
 
 def read(spec: SourceSpec, io: SourceIO) -> bytes:
