@@ -18,7 +18,7 @@ from engine.errors import SpecError
 from engine.http import BlockedURL, check_url
 from engine.spec import MonitorSpec
 from engine.tools import check_mcp_arguments, mcp_fingerprint
-from models.db import database, iso
+from models.db import database, iso, write_transaction
 from models.monitors import create_event_monitor, load_for_check
 from models.tables import AWAITING, Conversation, McpConnection, Monitor, ToolApproval, User
 from models.tools import ToolRefused, _audit, end_watches
@@ -48,7 +48,7 @@ def check_connection(name: object, url: object) -> tuple[str, str]:
 def add_connection(user: User, name: str, url: str, token: str | None, keyring: Keyring,
                    now: datetime) -> McpConnection:
     try:
-        with database.atomic():
+        with write_transaction():
             return McpConnection.create(user=user.id, name=name, url=url,
                                         token_encrypted=keyring.encrypt(token) if token else "", created_at=now)
     except peewee.IntegrityError:
@@ -58,7 +58,7 @@ def add_connection(user: User, name: str, url: str, token: str | None, keyring: 
 
 def remove_connection(user: User, name: str, now: datetime) -> list:
     """Remove it; every watch of its tools ends and says so. Returns them with their wakes."""
-    with database.atomic():
+    with write_transaction():
         row = find_connection(user.id, name)
         if row is None:
             raise ToolRefused(f"There is no connection {name!r}.", 404)

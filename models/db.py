@@ -93,6 +93,13 @@ def connection():
             database.close()
 
 
+def write_transaction():
+    """A transaction that reads, then writes. On SQLite it takes the write lock at BEGIN (IMMEDIATE): a deferred
+    one that reads first cannot wait for the lock when it comes to write, and fails at once with "database is
+    locked" while the in-process worker writes. PostgreSQL locks rows as it goes."""
+    return database.atomic("IMMEDIATE") if isinstance(database.obj, peewee.SqliteDatabase) else database.atomic()
+
+
 def utcnow() -> datetime:
     """Now, as the naive UTC datetime the tables store."""
     return datetime.now(timezone.utc).replace(tzinfo=None)

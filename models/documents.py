@@ -13,7 +13,7 @@ from datetime import datetime
 
 import peewee
 
-from models.db import database, iso
+from models.db import database, iso, write_transaction
 from models.tables import ACTIVE, Document, Monitor
 
 #: a document is a JSON object of at most this many bytes, as stored (DOCUMENT_MAX_BYTES)
@@ -73,7 +73,7 @@ def matches(if_match: str, version: int) -> bool:
 def put_document(user_id: int, item_type: str, item_id: str, text: str, if_match: str | None,
                  if_none_match: str | None, now: datetime) -> Written:
     """Store a new version (or the first); 412 when If-Match names another version or If-None-Match: * finds one."""
-    with database.atomic():
+    with write_transaction():
         current = _locked(user_id, item_type, item_id)
         if current is None:
             if if_match is not None:
@@ -137,7 +137,7 @@ def get_document(user_id: int, item_type: str, item_id: str) -> Document | None:
 
 def delete_document(user_id: int, item_type: str, item_id: str, if_match: str | None) -> None:
     """Delete it; 404 when there is none, 412 when If-Match names another version. Its watches stay armed."""
-    with database.atomic():
+    with write_transaction():
         current = _locked(user_id, item_type, item_id)
         if current is None:
             raise DocumentRefused(f"There is no document {item_type}/{item_id}.", 404)

@@ -20,7 +20,7 @@ from engine.spec import MonitorSpec
 from engine.tools import (
     ToolDef, check_arguments, fingerprint, is_read_only, parse_tool, tool_from_record, tool_to_record,
 )
-from models.db import database, iso
+from models.db import database, iso, write_transaction
 from models.monitors import create_event_monitor, load_for_check
 from models.results import end_any_in_error, write_wake
 from models.tables import (
@@ -61,7 +61,7 @@ def put_tool(user: User, agent_id: str, name: str, body: object, keyring: Keyrin
     record, headers = tool_to_record(tool)
     secret = keyring.encrypt(json.dumps(headers)) if any(headers) else ""
     new_print = fingerprint(tool)
-    with database.atomic():
+    with write_transaction():
         row = _locked(user.id, agent_id, name)
         if row is None:
             try:
@@ -84,7 +84,7 @@ def put_tool(user: User, agent_id: str, name: str, body: object, keyring: Keyrin
 
 def delete_tool(user: User, agent_id: str, name: str, now: datetime) -> list:
     """Remove a tool; its watches end and say so. Returns them with their wakes."""
-    with database.atomic():
+    with write_transaction():
         row = _locked(user.id, agent_id, name)
         if row is None:
             raise ToolRefused(f"The agent {agent_id!r} has no tool {name!r}.", 404)
@@ -195,7 +195,7 @@ def create_tool_monitor(user: User, conversation: Conversation, spec: MonitorSpe
 def decide_tool(user: User, monitor_id: str, approve: bool, now: datetime) -> tuple[Monitor, object]:
     """The owner's decision on an awaiting tool call: approved arms it (first poll now); denied cancels it and
     tells the agent once."""
-    with database.atomic():
+    with write_transaction():
         approval = (ToolApproval.select().join(Monitor)
                     .where((ToolApproval.monitor == monitor_id) & (Monitor.user == user)).first())
         monitor = load_for_check(monitor_id) if approval else None

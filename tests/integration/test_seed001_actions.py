@@ -205,10 +205,13 @@ def test_a_workflow_step_without_a_chat_conversation_to_wake_is_refused(client, 
         assert not Conversation.select().where(Conversation.external_id == "never-seen").exists()
 
 
-def test_agent_tool_is_refused_saying_it_needs_the_tool_registry(client, owner):
+def test_agent_tool_names_whose_tool_it_is_and_an_unregistered_one_is_refused(client, owner):
     answer = create(client, owner[1], watchType="agent_tool", toolName="check_price",
                     condition={"expr": "data.atingiu == true"}, intervalMinutes=5)
-    assert answer.status_code == 400 and "tool registry" in answer.json()["detail"]
+    assert answer.status_code == 400 and "Say whose tool it is with agentId" in answer.json()["detail"]
+    unknown = create(client, owner[1], watchType="agent_tool", toolName="check_price", agentId="pricing",
+                     condition={"expr": "data.atingiu == true"}, intervalMinutes=5)
+    assert unknown.status_code == 400 and "has no tool 'check_price'" in unknown.json()["detail"]
     assert monitor_count() == 0
 
 
