@@ -440,6 +440,18 @@ def prepare() -> tuple[list[str], Processes]:
     return machine(), Processes(RESULTS / "logs")
 
 
+def run_notes(procs: "Processes", names, started: float) -> list[str]:
+    """The closing lines of a report: each process log's Traceback/ERROR count, the run's length, the load."""
+    notes = []
+    for name in names:
+        text = (procs.logs / f"{name}.log").read_text(errors="replace")
+        bad = sum(1 for line in text.splitlines() if "Traceback" in line or "ERROR" in line)
+        notes.append(f"{name}: {bad} lines with Traceback or ERROR in its log")
+    notes.append(f"whole run {time.monotonic() - started:.0f} s; load average at end "
+                 f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+    return notes
+
+
 def failed(exc: BaseException) -> int:
     """The exit code of a run that stopped early, said on stderr."""
     if isinstance(exc, KeyboardInterrupt):

@@ -413,11 +413,7 @@ def main(argv: list[str] | None = None) -> int:
         start_vigil(s)
         t = time_phase(s, args.watches, args.spread, args.history)
         d = doc_phase(s, args.rate, args.seconds)
-        logs = {name: (procs.logs / f"{name}.log").read_text(errors="replace") for name in (WEB, WORKER, SCHEDULER)}
-        notes = [f"{name}: {sum(1 for line in text.splitlines() if 'Traceback' in line or 'ERROR' in line)} lines "
-                 "with Traceback or ERROR in its log" for name, text in logs.items()]
-        notes.append(f"whole run {time.monotonic() - started:.0f} s; load average at end "
-                     f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+        notes = run_notes(procs, (WEB, WORKER, SCHEDULER), started)
         text = report(args, header, versions(), t, d, notes)
     except (KeyboardInterrupt, BenchError, subprocess.SubprocessError) as exc:
         return failed(exc)

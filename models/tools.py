@@ -20,6 +20,7 @@ from engine.spec import MonitorSpec
 from engine.tools import (
     ToolDef, check_arguments, fingerprint, is_read_only, parse_tool, tool_from_record, tool_to_record,
 )
+from models.compiled import Compiled
 from models.db import database, iso, write_transaction
 from models.monitors import create_event_monitor, load_for_check
 from models.results import end_any_in_error, write_wake
@@ -140,9 +141,13 @@ def load_tool(row: AgentTool, keyring: Keyring) -> ToolDef:
     return tool_from_record(row.definition, headers)
 
 
+#: every poll of a tool watch looks its tool up: the SQL is built once (peewee took ~1 ms of CPU per build)
+_FIND_TOOL = Compiled(lambda user_id, agent_id, name: AgentTool.select().where(
+    (AgentTool.user == user_id) & (AgentTool.agent_id == agent_id) & (AgentTool.name == name)))
+
+
 def find_tool(user_id: int, agent_id: str, name: str) -> AgentTool | None:
-    return AgentTool.get_or_none((AgentTool.user == user_id) & (AgentTool.agent_id == agent_id)
-                                 & (AgentTool.name == name))
+    return _FIND_TOOL.first(user_id, agent_id, name)
 
 
 def resolve_watch(user: User, conversation: Conversation, spec: MonitorSpec) -> tuple[MonitorSpec, ToolDef]:
