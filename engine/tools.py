@@ -222,6 +222,30 @@ def run_tool(tool: ToolDef, arguments: dict, fetcher: Fetcher, values: dict[str,
 
     A step that answers (any status) is completed; one that can't run (DNS, refused, timeout) ends the chain.
     FetchError when no step completed or the whole call overran `seconds`; ContentError when output.main fails."""
+    return _finish(tool, arguments, _run_steps(tool, arguments, fetcher, values, seconds, clock))
+
+
+def poll_tool(tool: ToolDef, arguments: dict, fetcher: Fetcher, values: dict[str, str], previous: str | None,
+              seconds: float = RUN_SECONDS, clock=time.monotonic) -> tuple[str, bytes | None]:
+    """A watch's poll: the digest of what the steps answered, and the run's body, or None when the answers are
+    those of `previous` (the last poll's digest). output.main reads only the arguments and the answers, so the
+    same answers give the same output, and an unchanged poll never pays for evaluating it."""
+    results = _run_steps(tool, arguments, fetcher, values, seconds, clock)
+    digest = answers_digest(tool, arguments, results)
+    return digest, None if digest == previous else _finish(tool, arguments, results)
+
+
+def answers_digest(tool: ToolDef, arguments: dict, results: list["StepResult"]) -> str:
+    """What output.main can see of a run: the arguments and each step's status, error and body, and its headers
+    only when the expression reads them (a Date header changes on every answer)."""
+    with_headers = "headers" in tool.output_main
+    seen = [[r.status, r.error, r.body, r.headers if with_headers else None] for r in results]
+    text = json.dumps([arguments, seen], sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()  # raw_hash holds it: 64 characters
+
+
+def _run_steps(tool: ToolDef, arguments: dict, fetcher: Fetcher, values: dict[str, str], seconds: float,
+               clock) -> list["StepResult"]:
     start = clock()
     # a string argument may hold the source placeholders too ({{last_checked_date}}…), filled before it is used
     filled = {**values, **{f"args.{k}": _fill(_text(v), values) for k, v in arguments.items()}}
@@ -248,6 +272,10 @@ def run_tool(tool: ToolDef, arguments: dict, fetcher: Fetcher, values: dict[str,
                                   _parsed(response.body, response.headers), response.headers))
     if not any(r.status is not None for r in results):
         raise FetchError(f"No step of the tool {tool.name!r} could run: {results[0].error}", unreachable=False)
+    return results
+
+
+def _finish(tool: ToolDef, arguments: dict, results: list["StepResult"]) -> bytes:
     steps = [r.projected() for r in results] + [{"ok": False, "status": None, "error": "not run: an earlier step "
                                                 "could not run"} for _ in tool.steps[len(results):]]
     output = _output(tool, arguments, results)
@@ -388,7 +416,7 @@ def tool_to_record(tool: ToolDef) -> tuple[dict, list[dict]]:
 
 
 __all__ = ["MAX_STEPS", "RUN_SECONDS", "Step", "ToolDef", "check_arguments", "check_name", "fingerprint",
-           "is_read_only", "output_data", "output_text", "parse_tool", "run_tool", "tool_from_record",
+           "is_read_only", "output_data", "output_text", "parse_tool", "poll_tool", "run_tool", "tool_from_record",
            "tool_to_record"]
 
 

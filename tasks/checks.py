@@ -15,7 +15,7 @@ from engine.errors import ContentError
 from engine.http import FetchError
 from engine.sources import DOCUMENT_SOURCES
 from adapters.mcp_client import McpError
-from engine.tools import RUN_SECONDS, mcp_fingerprint, mcp_run_body, run_tool
+from engine.tools import RUN_SECONDS, mcp_fingerprint, mcp_run_body, poll_tool
 from models.connections import credentials, find_connection, pick_tool
 from models.tools import ToolRefused
 from engine.placeholders import values as placeholder_values
@@ -127,14 +127,20 @@ def run_tool_poll(runtime: Runtime, monitor: Claimed, prior: Prior, filled: dict
         reason = (f"The tool {source.get('tool')!r} was {'removed' if row is None else 'edited'} since it was armed, "
                   "so the watch stopped rather than run a version you did not arm.")
         return Outcome(ERROR, error=reason), end_in_error(full, monitor.claim_seq, reason, now), full
+    check = check_from_record(monitor.check)
+    # unchanged answers are a quiet poll before output.main runs, unless the condition reads `now`
+    previous = prior.raw_hash if prior.state is not None and not (check.expr and reads_now(check.expr)) else None
     try:
-        body = run_tool(load_tool(row, runtime.keyring), source.get("arguments") or {}, runtime.fetcher(), filled)
+        digest, body = poll_tool(load_tool(row, runtime.keyring), source.get("arguments") or {}, runtime.fetcher(),
+                                 filled, previous)
     except FetchError as exc:
         return Outcome(ERROR, error=exc.message)
     except ContentError as exc:
         return Outcome(ERROR, error=f"{str(exc)[:1].upper()}{str(exc)[1:].rstrip('.')}.")
-    outcome = check_body(source_from_record(source), check_from_record(monitor.check), prior, body,
-                         runtime.settings.FETCH_MAX_TEXT_BYTES, now)
+    if body is None:
+        return Outcome(QUIET, raw_hash=digest, content_hash=monitor.content_hash)
+    outcome = replace(check_body(source_from_record(source), check, prior, body,
+                                 runtime.settings.FETCH_MAX_TEXT_BYTES, now), raw_hash=digest)
     if outcome.kind == FIRED:  # the wake says what the tool answered, not only that the condition holds
         arguments = ", ".join(f"{k}={v!r}" for k, v in (source.get("arguments") or {}).items())
         found = (f"{source.get('tool')}({arguments}) {outcome.verdict.found}\nIts output:\n"

@@ -583,3 +583,34 @@ def test_tool_source_parse_refuses_bad_fields():
     spec = tool_source.parse({"type": "tool", "tool": "t", "arguments": {"a": 1}, "agent_id": "agent-7"}, policy)
     assert (spec.tool, spec.arguments, spec.agent_id) == ("t", {"a": 1}, "agent-7")
 
+
+
+# --- a watch's poll: unchanged answers skip output.main ---------------------------------------------------------
+
+def test_poll_tool_with_the_same_answers_returns_no_body_and_evaluates_nothing(api, fetcher):
+    from engine.tools import poll_tool
+
+    api.set("/orders/A-1", {"status": "packed"})
+    api.set("/search", {"hits": 1})
+    tool = order_tool(api.base)
+    digest, body = poll_tool(tool, {"order": "A-1"}, fetcher, placeholder_values(NOW), None)
+    assert json.loads(body)["output"]["shipped"] is False
+    again, nothing = poll_tool(tool, {"order": "A-1"}, fetcher, placeholder_values(NOW), digest)
+    assert again == digest and nothing is None and len(api.seen) == 4, "the steps ran; output.main did not"
+    api.set("/orders/A-1", {"status": "shipped"})
+    changed, body = poll_tool(tool, {"order": "A-1"}, fetcher, placeholder_values(NOW), digest)
+    assert changed != digest and json.loads(body)["output"]["shipped"] is True
+    api.set("/orders/B-2", {"status": "shipped"})  # the same answers as A-1's
+    other, body = poll_tool(tool, {"order": "B-2"}, fetcher, placeholder_values(NOW), changed)
+    assert other != changed and body is not None, "other arguments are another call"
+
+
+def test_poll_tool_counts_the_headers_only_when_output_main_reads_them(api, fetcher):
+    from engine.tools import answers_digest, StepResult
+
+    plain = order_tool(api.base)
+    reading = order_tool(api.base, main="steps[0].headers['date']")
+    one = [StepResult(True, 200, None, {"status": "packed"}, {"date": "Mon"})]
+    two = [StepResult(True, 200, None, {"status": "packed"}, {"date": "Tue"})]
+    assert answers_digest(plain, {}, one) == answers_digest(plain, {}, two)
+    assert answers_digest(reading, {}, one) != answers_digest(reading, {}, two)
