@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 
 from adapters.settings import Settings, SettingsError
 
@@ -201,12 +203,20 @@ def _worker(settings: Settings, args) -> int:
 
 
 def _scheduler(settings: Settings, args) -> int:
+    stop = _stop_on_signals()  # before the imports and set-up: a stop during start-up is a clean exit too
     from vigil.embedded import run_scheduler_forever
     from tasks.broker import setup_broker
 
     _database(settings)
     setup_broker(settings)
-    return run_scheduler_forever(settings)
+    return run_scheduler_forever(settings, stop)
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
 
 
 if __name__ == "__main__":

@@ -44,12 +44,12 @@ def start_scheduler(settings: Settings) -> threading.Event:
     return stop
 
 
-def run_scheduler_forever(settings: Settings) -> int:
+def run_scheduler_forever(settings: Settings, stop: threading.Event) -> int:
+    """The scheduler loop until `stop` (set by SIGINT or SIGTERM: vigil/cli.py installs them first thing)."""
     from tasks.scheduler import run
 
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    if stop.is_set():
+        return 0
     log.info("scheduler started (tick %ss)", settings.SCHEDULER_TICK_SECONDS)
     run(settings.SCHEDULER_TICK_SECONDS, settings.SCHEDULER_BATCH_SIZE, stop, settings.DELIVERY_SWEEP_SECONDS)
     return 0
