@@ -34,7 +34,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from engine.http import BlockedURL, FetchError, check_url, resolve_allowed
+from engine.addresses import check_url, resolve_allowed
+from engine.errors import BlockedURL, FetchError
 
 log = logging.getLogger(__name__)
 

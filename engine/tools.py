@@ -17,10 +17,11 @@ from datetime import datetime
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from engine import placeholders
+from engine.addresses import check_url
 from engine.checks import cel
 from engine.content import excerpt
-from engine.errors import ContentError, SpecError
-from engine.http import BlockedURL, FetchError, Fetcher, check_url
+from engine.errors import BlockedURL, ContentError, FetchError, SpecError
+from engine.http import Fetcher
 
 MAX_STEPS = 5
 #: the whole call, every step included, when a watch re-runs it (seed 001)

@@ -15,7 +15,8 @@ import peewee
 
 from engine.crypto import Keyring
 from engine.errors import SpecError
-from engine.http import BlockedURL, check_url
+from engine.addresses import check_url
+from engine.errors import BlockedURL
 from engine.spec import MonitorSpec
 from engine.tools import check_mcp_arguments, mcp_fingerprint
 from models.db import database, iso, write_transaction

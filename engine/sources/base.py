@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from engine.errors import SpecError
-from engine.http import BlockedURL, FetchError, Fetcher, check_url
+from engine.addresses import check_url
+from engine.errors import BlockedURL, FetchError, SpecError
+from engine.http import Fetcher
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@ import socket
 
 import pytest
 
-from engine.http import BlockedURL, FetchError, check_url, forbidden_reason, resolve_allowed
+from engine.addresses import check_url, forbidden_reason, resolve_allowed
+from engine.errors import BlockedURL, FetchError
 
 FORBIDDEN = [
     "169.254.169.254", "fd00:ec2::254", "100.100.100.200", "168.63.129.16", "127.0.0.1", "::1",

@@ -1,0 +1,119 @@
+"""Which URLs and addresses Vigil may contact: the URL's syntax (no DNS), and each resolved address checked
+against the SSRF rules (private, loopback unless allowed, link-local, metadata, NAT64/6to4 wrappers…)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from urllib.parse import urlsplit
+
+from engine.errors import BlockedURL, FetchError
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+_METADATA = frozenset(map(ipaddress.ip_address, ("169.254.169.254", "fd00:ec2::254",
+                                                  "100.100.100.200")))
+_AZURE_WIRESERVER = ipaddress.ip_address("168.63.129.16")
+_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
+_SHARED_NAT = ipaddress.ip_network("100.64.0.0/10")
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
+_HOST_NAME = re.compile(r"(?:[\w-]+\.)*[\w-]+\.?")
+
+
+def check_url(url: str) -> str:
+    """Validate `url` syntactically (no DNS) and return it unchanged, or raise BlockedURL."""
+    if not isinstance(url, str) or not url:
+        raise BlockedURL("The url is empty; give a full address such as https://example.com/.")
+    if "\\" in url or any(c.isspace() or not c.isprintable() for c in url):
+        raise BlockedURL("The url must not contain spaces, control characters or backslashes; "
+                         "percent-encode them (a space is %20) and use forward slashes.")
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        raise BlockedURL("The url could not be parsed; check the IPv6 host brackets.") from None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not url[len(scheme) + 1:].startswith("//"):
+        raise BlockedURL(f"The url must start with http:// or https:// (got '{scheme or 'none'}').")
+    _check_authority(parts)
+    return url
+
+
+def _check_authority(parts) -> None:
+    if "@" in parts.netloc:
+        raise BlockedURL("The url must not contain a user name or password before the host; "
+                         "remove everything up to and including '@'.")
+    host = parts.hostname or ""
+    if not host:
+        raise BlockedURL("The url must include a host name, e.g. https://example.com/.")
+    if "%" in host:
+        raise BlockedURL(f"The host '{host}' must not contain '%'; write the host name plainly.")
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise BlockedURL(f"The IPv6 address '{host}' in the url is not valid.") from None
+    elif not _HOST_NAME.fullmatch(host):
+        raise BlockedURL(f"The host name '{host}' is not valid; use a domain such as example.com.")
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise BlockedURL("The url's port is invalid; use a number from 1 to 65535 or leave it out.")
+
+
+def forbidden_reason(ip: IPAddress, allow_loopback: bool) -> str | None:
+    """None when `ip` may be contacted, otherwise a short reason such as "a private address"."""
+    if ip.version == 4:
+        return _address_reason(ip, allow_loopback)
+    if ip.ipv4_mapped is not None:
+        return _address_reason(ip.ipv4_mapped, allow_loopback)
+    inner = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in _NAT64 else ip.sixtofour
+    if inner is None:
+        return _address_reason(ip, allow_loopback)
+    inner_reason = _address_reason(inner, allow_loopback=False)
+    if inner_reason:
+        return f"an IPv6 address embedding {inner}, {inner_reason}"
+    return None if ip in _NAT64 else _address_reason(ip, allow_loopback)
+
+
+_RULES = (
+    (lambda ip: ip in _METADATA, "the cloud metadata address"),
+    (lambda ip: ip == _AZURE_WIRESERVER, "the cloud platform's internal address"),
+    (lambda ip: ip.is_loopback, "a loopback address (this machine)"),
+    (lambda ip: ip.is_unspecified, "the unspecified address"),
+    (lambda ip: ip.version == 4 and ip in _THIS_NETWORK, "a 'this network' address"),
+    (lambda ip: ip.is_link_local, "a link-local address"),
+    (lambda ip: ip.version == 4 and ip in _SHARED_NAT, "a carrier-grade NAT address"),
+    (lambda ip: ip.is_private, "a private address"),
+    (lambda ip: ip.is_multicast, "a multicast address"),
+    (lambda ip: ip.version == 6 and (int(ip) < 1 << 32 or ip.is_site_local), "an obsolete address"),
+    (lambda ip: ip.is_reserved or not ip.is_global, "a reserved, non-public address"),
+)
+
+
+def _address_reason(ip: IPAddress, allow_loopback: bool) -> str | None:
+    if ip.is_loopback and allow_loopback:
+        return None
+    return next((reason for test, reason in _RULES if test(ip)), None)
+
+
+def resolve_allowed(host: str, port: int, allow_loopback: bool) -> list[str]:
+    """Resolve `host`; every address must be allowed, else BlockedURL. DNS failure: unreachable."""
+    name = host.strip("[]")
+    try:
+        infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)
+    except UnicodeError:
+        raise BlockedURL(f"The host name '{name}' is not a valid host name.") from None
+    except OSError as exc:
+        raise FetchError(f"The host name '{name}' could not be resolved; check the domain.",
+                         unreachable=True) from exc
+    addresses = list(dict.fromkeys(info[4][0] for info in infos))
+    for address in addresses:
+        reason = forbidden_reason(ipaddress.ip_address(address.split("%")[0]), allow_loopback)
+        if reason:
+            target = f"{name}," if address == name else f"{name}, which resolves to {address},"
+            raise BlockedURL(f"The url points to {target} {reason}; "
+                             "only public internet addresses may be fetched.")
+    return addresses
