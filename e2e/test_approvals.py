@@ -11,6 +11,7 @@ import pytest
 import requests
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
+from e2e.api import wake_messages
 from e2e.browser import (LIVE, assert_not_reloaded, mark_event_stream_open, open_conversation,
                          watch_for_reloads)
 
@@ -75,13 +76,6 @@ def fail_on_dialogs(page: Page) -> list[str]:
 
     page.on("dialog", record)
     return dialogs
-
-
-def wake_messages(stack) -> list[dict]:
-    response = requests.get(f"{stack.base}/api/conversations/{CONVERSATION}/messages", headers=stack.auth,
-                            timeout=10)
-    response.raise_for_status()
-    return [m for m in response.json()["messages"] if m["role"] == "wake"]
 
 
 @pytest.fixture(scope="module")
@@ -155,7 +149,7 @@ def test_approval_link_decision_wakes_owner_conversation_live(page: Page, public
     expect(status).to_have_attribute("data-status", "done", timeout=LIVE)
     assert_not_reloaded(page, documents)
 
-    [message] = wake_messages(stack)
+    [message] = wake_messages(stack, CONVERSATION)
     assert message["metadata"]["wake"]["source"] == "approval"
     assert message["metadata"]["decision"] == "Reject" and message["metadata"]["comment"] == COMMENT
     expect(wake).to_have_attribute("id", f"message-{message['id']}")
@@ -195,7 +189,7 @@ def test_approval_link_after_decision_shows_it_and_refuses_another(public_contex
     later.reload()
     expect(later.locator("p.decision")).to_have_attribute("data-decision", "Reject")
     assert dialogs == [], f"a dialog opened on the approval page: {dialogs}"
-    [message] = wake_messages(stack)
+    [message] = wake_messages(stack, CONVERSATION)
     assert message["metadata"]["decision"] == "Reject", "the first decision stays the only one"
 
 

@@ -8,6 +8,7 @@ import pytest
 import requests
 from playwright.sync_api import Page, expect
 
+from e2e.api import api_monitor, wake_messages
 from e2e.browser import LIVE, assert_not_reloaded, mark_event_stream_open, open_conversation, watch_for_reloads
 
 pytestmark = pytest.mark.e2e
@@ -38,20 +39,6 @@ def arm_watch(stack) -> str:
     return body["result"]["monitor_id"]
 
 
-def api_monitor(stack, monitor_id: str) -> dict:
-    response = requests.get(f"{stack.base}/api/monitors", headers=stack.auth, params={"status": "all"}, timeout=10)
-    response.raise_for_status()
-    [monitor] = [m for m in response.json()["monitors"] if m["monitor_id"] == monitor_id]
-    return monitor
-
-
-def wake_messages(stack) -> list[dict]:
-    response = requests.get(f"{stack.base}/api/conversations/{CONVERSATION}/messages", headers=stack.auth,
-                            timeout=10)
-    response.raise_for_status()
-    return [m for m in response.json()["messages"] if m["role"] == "wake"]
-
-
 def test_document_watch_wake_arrives_live_on_the_conversation_page_after_a_put(page: Page, vigil_stack,
                                                                                screenshots):
     stack = vigil_stack
@@ -69,7 +56,7 @@ def test_document_watch_wake_arrives_live_on_the_conversation_page_after_a_put(p
     status = page.locator(f"tr#monitor-{monitor_id} td.status")
     expect(status).to_have_attribute("data-status", "active")
     # The watch's first check read version 1 ('rendering'): false, so nothing woke.
-    assert wake_messages(stack) == []
+    assert wake_messages(stack, CONVERSATION) == []
     documents = watch_for_reloads(page)
 
     written = put_document(stack, DONE)
@@ -94,7 +81,7 @@ def test_document_watch_wake_arrives_live_on_the_conversation_page_after_a_put(p
     assert_not_reloaded(page, documents)
     page.screenshot(path=str(screenshots / "document-woken.png"), full_page=True)
 
-    [message] = wake_messages(stack)
+    [message] = wake_messages(stack, CONVERSATION)
     assert message["metadata"]["wake"]["ref_id"] == monitor_id, message
     assert message["metadata"]["note"] == NOTE, message
     assert message["metadata"]["document"] == {"item_type": "ct:render", "item_id": "r-1", "version": 2,
@@ -107,4 +94,4 @@ def test_document_watch_wake_arrives_live_on_the_conversation_page_after_a_put(p
     assert again.json()["watches_checked"] == 0, again.json()
     page.wait_for_timeout(1500)
     expect(wake).to_have_count(1)
-    assert len(wake_messages(stack)) == 1
+    assert len(wake_messages(stack, CONVERSATION)) == 1

@@ -9,6 +9,7 @@ import pytest
 import requests
 from playwright.sync_api import Page, expect
 
+from e2e.api import api_monitor
 from e2e.browser import LIVE, assert_not_reloaded, log_in, open_conversation, watch_for_reloads
 
 pytestmark = pytest.mark.e2e
@@ -26,13 +27,6 @@ def create_monitor(stack, conversation_id: str, description: str, url: str, **ar
     body = response.json()
     assert body["ok"], body
     return body["result"]["monitor_id"]
-
-
-def api_monitor(stack, monitor_id: str) -> dict:
-    response = requests.get(f"{stack.base}/api/monitors", headers=stack.auth, params={"status": "all"}, timeout=10)
-    response.raise_for_status()
-    [monitor] = [m for m in response.json()["monitors"] if m["monitor_id"] == monitor_id]
-    return monitor
 
 
 def shoot(page: Page, folder, name: str) -> None:

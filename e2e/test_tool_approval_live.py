@@ -17,6 +17,7 @@ import pytest
 import requests
 from playwright.sync_api import Page, expect
 
+from e2e.api import api_monitor, wake_messages
 from e2e.browser import LIVE, assert_not_reloaded, mark_event_stream_open, open_conversation, watch_for_reloads
 from models.db import utcnow
 from tests.conftest import E2E_DATABASE_URL
@@ -60,22 +61,6 @@ def arm_watch(stack) -> dict:
     body = response.json()
     assert body["ok"], body
     return body["result"]
-
-
-def api_monitor(stack, monitor_id: str) -> dict:
-    response = requests.get(f"{stack.base}/api/monitors", headers=stack.auth, params={"status": "all"}, timeout=10)
-    response.raise_for_status()
-    [monitor] = [m for m in response.json()["monitors"] if m["monitor_id"] == monitor_id]
-    return monitor
-
-
-def wake_messages(stack) -> list[dict]:
-    response = requests.get(f"{stack.base}/api/conversations/{CONVERSATION}/messages", headers=stack.auth,
-                            timeout=10)
-    if response.status_code == 404:
-        return []
-    response.raise_for_status()
-    return [m for m in response.json()["messages"] if m["role"] == "wake"]
 
 
 def next_check_at(monitor_id: str):
@@ -151,7 +136,7 @@ def test_tool_call_approved_on_conversation_page_arms_it_and_first_fire_arrives_
         page.wait_for_timeout(1000)
         assert pages.hits[PARCEL] == 1, "the first poll ran more than once"
         expect(messages.locator("li.message")).to_have_count(0)
-        assert wake_messages(stack) == []
+        assert wake_messages(stack, CONVERSATION) == []
         due = next_check_at(monitor_id)
         assert due - utcnow() > timedelta(minutes=4, seconds=30), f"the next poll is due at {due}, too soon"
         assert_no_secret(page)
@@ -182,7 +167,7 @@ def test_tool_call_approved_on_conversation_page_arms_it_and_first_fire_arrives_
         page.screenshot(path=str(screenshots / "tool-approval-failed.png"), full_page=True)
         raise
 
-    [message] = wake_messages(stack)
+    [message] = wake_messages(stack, CONVERSATION)
     assert message["metadata"]["wake"]["ref_id"] == monitor_id and message["metadata"]["note"] == NOTE, message
     assert SECRET not in json.dumps(message), message
     expect(wake).to_have_attribute("id", f"message-{message['id']}")

@@ -13,24 +13,16 @@ from datetime import datetime
 
 import peewee
 
-from engine.crypto import Keyring
-from engine.errors import SpecError
 from engine.addresses import check_url
-from engine.errors import BlockedURL
+from engine.crypto import Keyring
+from engine.errors import BlockedURL, SpecError
 from engine.spec import MonitorSpec
 from engine.tools import check_mcp_arguments, mcp_fingerprint
-from models.db import database, iso, write_transaction
-from models.monitors import create_event_monitor, load_for_check
-from models.tables import AWAITING, Conversation, McpConnection, Monitor, ToolApproval, User
-from models.tools import ToolRefused, _audit, end_watches
+from models.db import iso, write_transaction
+from models.tables import McpConnection, User
+from models.tools import ToolRefused, end_watches
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
-
-
-def connection_key(user_id: int, connection: str, tool: str) -> str:
-    """A connection tool's watch key: "tool:" like a declared tool's (so the tool-watch limit counts both),
-    the connection marked with @ where an agent id would be."""
-    return f"tool:{user_id}:@{connection}:{tool}"
 
 
 def check_connection(name: object, url: object) -> tuple[str, str]:
@@ -114,20 +106,3 @@ def resolve_connection_watch(user: User, spec: MonitorSpec, listing: list) -> tu
     fingerprint = mcp_fingerprint(tool.name, tool.input_schema, hints)
     resolved = replace(source, arguments=arguments, tool_fingerprint=fingerprint)
     return replace(spec, source=resolved), hints.get("readOnlyHint") is not True
-
-
-def create_connection_monitor(user: User, conversation: Conversation, spec: MonitorSpec, needs_approval: bool,
-                              now: datetime) -> Monitor:
-    source = spec.source
-    monitor = create_event_monitor(user, conversation, spec, now)
-    key = connection_key(user.id, source.connection, source.tool)
-    state = {"holds": False} if spec.check.type == "cel" else None
-    fields = {Monitor.polled: True, Monitor.watch_key: key, Monitor.check_state: state, Monitor.next_check_at: now}
-    if needs_approval:
-        fields[Monitor.status] = AWAITING
-        ToolApproval.create(monitor=monitor.id, tool_key=key, arguments=source.arguments,
-                            fingerprint=source.tool_fingerprint, created_at=now)
-    else:
-        _audit(monitor, source, "read_only_hint")
-    Monitor.update(fields).where(Monitor.id == monitor.id).execute()
-    return load_for_check(monitor.id)

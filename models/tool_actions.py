@@ -31,9 +31,7 @@ from models.monitors import (
 )
 from models.conversations import conversation_for, find_conversation
 from models.documents import get_document
-from models.connections import (
-    create_connection_monitor, find_connection, resolve_connection_watch, user_connections,
-)
+from models.connections import find_connection, resolve_connection_watch, user_connections
 from models.tools import ToolRefused, armed_tool_watches, create_tool_monitor, resolve_watch
 from models.tables import AWAITING, Conversation, Device, User
 
@@ -233,10 +231,7 @@ def _create_tool(user: User, conversation: Conversation, spec, notes: list[str],
     if armed_tool_watches(user) >= ctx.limits.max_armed_tool_watches:
         raise LimitReached(f"This account already has {ctx.limits.max_armed_tool_watches} armed tool watches, the "
                            "most it may have (each one is a recurring poll); cancel one and its slot frees at once.")
-    if spec.source.connection:
-        monitor = create_connection_monitor(user, conversation, spec, needs_approval, now)
-    else:
-        monitor = create_tool_monitor(user, conversation, spec, tool, now)
+    monitor = create_tool_monitor(user, conversation, spec, needs_approval, now)
     source = spec.source
     result = {"monitor_id": monitor.id, "status": monitor.status, "tool": source.tool,
               **({"connection": source.connection} if source.connection else {"agent_id": source.agent_id}),

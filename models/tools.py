@@ -45,6 +45,12 @@ def tool_key(user_id: int, agent_id: str, name: str) -> str:
     return f"tool:{user_id}:{agent_id}:{name}"
 
 
+def connection_key(user_id: int, connection: str, tool: str) -> str:
+    """A connection tool's watch key: "tool:" like a declared tool's (so the tool-watch limit counts both),
+    the connection marked with @ where an agent id would be."""
+    return f"tool:{user_id}:@{connection}:{tool}"
+
+
 @dataclass(frozen=True)
 class Stored:
     tool: AgentTool
@@ -179,20 +185,22 @@ def resolve_watch(user: User, conversation: Conversation, spec: MonitorSpec) -> 
     return replace(spec, source=resolved), tool
 
 
-def create_tool_monitor(user: User, conversation: Conversation, spec: MonitorSpec, tool: ToolDef,
+def create_tool_monitor(user: User, conversation: Conversation, spec: MonitorSpec, needs_approval: bool,
                         now: datetime) -> Monitor:
-    """Armed at once (its first poll is due now), or awaiting the owner's approval when the tool asks for it."""
+    """A watch of a declared or a connection's tool: armed at once (its first poll is due now), or awaiting the
+    owner's approval of this exact call."""
     source = spec.source
     monitor = create_event_monitor(user, conversation, spec, now)
-    key = tool_key(user.id, source.agent_id, source.tool)
+    key = (connection_key(user.id, source.connection, source.tool) if source.connection
+           else tool_key(user.id, source.agent_id, source.tool))
     state = {"holds": False} if spec.check.type == "cel" else None  # a cel condition may hold on the first poll
     fields = {Monitor.polled: True, Monitor.watch_key: key, Monitor.check_state: state, Monitor.next_check_at: now}
-    if tool.requires_approval:
+    if needs_approval:
         fields[Monitor.status] = AWAITING
         ToolApproval.create(monitor=monitor.id, tool_key=key, arguments=source.arguments,
                             fingerprint=source.tool_fingerprint, created_at=now)
     else:
-        _audit(monitor, source, "read_only")
+        _audit(monitor, source, "read_only_hint" if source.connection else "read_only")
     Monitor.update(fields).where(Monitor.id == monitor.id).execute()
     return load_for_check(monitor.id)
 

@@ -1,0 +1,23 @@
+"""What e2e tests read back through Vigil's REST API, beside what the browser shows."""
+
+from __future__ import annotations
+
+import requests
+
+
+def api_monitor(stack, monitor_id: str) -> dict:
+    """One monitor as GET /api/monitors lists it (every status)."""
+    response = requests.get(f"{stack.base}/api/monitors", headers=stack.auth, params={"status": "all"}, timeout=10)
+    response.raise_for_status()
+    [monitor] = [m for m in response.json()["monitors"] if m["monitor_id"] == monitor_id]
+    return monitor
+
+
+def wake_messages(stack, conversation: str) -> list[dict]:
+    """The conversation's wake messages, oldest first; none while the conversation does not exist yet."""
+    response = requests.get(f"{stack.base}/api/conversations/{conversation}/messages", headers=stack.auth,
+                            timeout=10)
+    if response.status_code == 404:
+        return []
+    response.raise_for_status()
+    return [m for m in response.json()["messages"] if m["role"] == "wake"]
