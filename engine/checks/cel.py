@@ -11,6 +11,7 @@ not (write data.count + 1.0).
 
 from __future__ import annotations
 
+import functools
 import importlib.machinery
 import importlib.util
 import json
@@ -143,8 +144,10 @@ def decide_here(expr: str, variables: dict) -> bool:
     return result
 
 
+@functools.lru_cache(maxsize=4096)
 def reads_now(expr: str) -> bool:
-    """Whether the condition reads `now`, so its value can change while the data does not."""
+    """Whether the condition reads `now`, so its value can change while the data does not (asked on every
+    document and tool check: parsed once per expression)."""
     try:
         return "now" in cel.compile(expr).variables()
     except Exception:
