@@ -30,6 +30,7 @@ from engine.checks.cel import stop_helper
 from app.tool import ToolController
 from app.tools import ToolsController
 from app.triggers import TriggersController
+from app.wake_endpoints import WakeEndpointsController
 from models import connection, database
 from tasks.broker import UNAVAILABLE
 from tasks.deliveries import relay
@@ -87,7 +88,7 @@ def create_app(settings: Settings) -> Litestar:
         route_handlers=[ToolController, ConversationsController, MonitorsController, EventsController,
                         PagesController, ModelsController, TriggersController, ApprovalsController, healthz,
                         DevicesController, RunnerController, DocumentsController, ActionsController, ToolsController,
-                        ConnectionsController,
+                        ConnectionsController, WakeEndpointsController,
                         create_static_files_router(path="/static", directories=[STATIC])],
         middleware=[lanes_middleware, session.middleware],
         exception_handlers={**unavailable.HANDLERS, RequestEntityTooLarge: _too_large(settings.API_MAX_BODY_BYTES)},

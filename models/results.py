@@ -15,6 +15,7 @@ from models.conversations import append_message
 from models.db import database, iso, utcnow
 from models.runs import stop_runs
 from models.tables import ACTIVE, DONE, ERROR, PAUSED, Monitor, MonitorRun, Wake
+from models.wake_endpoints import queue_pushes
 
 #: a field's new value in _claimed_update: one more than it was
 ONE_MORE = object()
@@ -272,11 +273,14 @@ def write_wake(monitor: Monitor, source: str, dedupe_key: str, text: str, extra:
         wake_id = None
     if wake_id is None:
         return None
-    metadata = {"wake": {"source": source, "ref_id": monitor.id, "dedupe_key": dedupe_key},
+    metadata = {"wake": {"source": source, "ref_id": monitor.id, "dedupe_key": dedupe_key,
+                         "description": monitor.description},
                 "on_match": monitor.on_match, **extra}
     if getattr(monitor, "note", ""):
         text = f"{text}\nYour note, as you wrote it when you armed this monitor:\n{monitor.note}"
         metadata["note"] = monitor.note
     message = append_message(monitor.conversation_id, "wake", text, metadata)
     _LINK_MESSAGE.rowcount(message.id, wake_id)
+    # the outbox: pushed to the account's wake endpoints, committed with the wake or not at all
+    message.pushes = queue_pushes(monitor.user_id, message.id, message.created_at)
     return message

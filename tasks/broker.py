@@ -70,8 +70,9 @@ def setup_broker(settings: Settings, bus=None, broker: dramatiq.Broker | None = 
     from tasks.checks import ACTORS as CHECK_ACTORS
     from tasks.commands import ACTORS as COMMAND_ACTORS
     from tasks.deliveries import ACTORS as DELIVERY_ACTORS
+    from tasks.pushes import ACTORS as PUSH_ACTORS
 
-    for actor in CHECK_ACTORS + DELIVERY_ACTORS + COMMAND_ACTORS:  # rebinds them when a process (a test run) builds a second broker
+    for actor in CHECK_ACTORS + DELIVERY_ACTORS + COMMAND_ACTORS + PUSH_ACTORS:  # rebinds them when a process (a test run) builds a second broker
         actor.broker = broker
         broker.declare_actor(actor)
     return broker

@@ -6,6 +6,7 @@ from models.conversations import is_watching, message_json
 from models.db import utcnow
 from models.devices import device_json
 from models.monitors import event_payload
+from tasks.pushes import queue_pushes_of
 from tasks.runtime import current
 
 
@@ -20,6 +21,7 @@ def publish_monitor(monitor, woke=None, *, status_before: str | None = None) -> 
                        {"conversation_id": conversation, "watching": is_watching(monitor.conversation_id)}))
     if woke is not None:
         events.append((monitor.user_id, "message.created", {"conversation_id": conversation, **message_json(woke)}))
+        queue_pushes_of([woke])
     device_id = (monitor.source or {}).get("device_id") if (monitor.source or {}).get("type") == "command" else None
     if device_id:
         events.append(work_event(monitor.user_id, device_id))
@@ -33,6 +35,7 @@ def publish_wakes(monitor, messages: list) -> None:
               for m in messages if m is not None]
     if events:
         current().bus.publish_many(events)
+    queue_pushes_of(messages)
 
 
 def work_event(user_id: int, device_id: int) -> tuple[int, str, dict]:

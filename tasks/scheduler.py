@@ -26,17 +26,24 @@ from tasks.checks import BATCH_SIZE, check_monitors
 from tasks.deliveries import process_delivery
 from tasks.commands import check_command_result
 from tasks.events import publish_device, publish_monitor
+from tasks.pushes import sweep_pushes
 from tasks.runtime import current
 from adapters.logs import first_line
 
 log = logging.getLogger(__name__)
 
+#: a push is left this long to the actor queued with its wake before the sweep queues it (a retry's time, or a
+#: message lost between the wake and the push)
+PUSH_GRACE = timedelta(seconds=2)
+
 
 def tick(now: datetime, batch_size: int) -> int:
-    """One pass: end expired monitors, claim due ones, enqueue a check for each. Returns how many."""
+    """One pass: end expired monitors, queue due wake pushes, claim due monitors and enqueue a check for each.
+    Returns how many monitors."""
     for monitor, message in expire_due(now):
         publish_monitor(monitor, message)
     devices_tick(now)
+    sweep_pushes(now - PUSH_GRACE)
     claimed = claim_due(now, batch_size)
     for start in range(0, len(claimed), BATCH_SIZE):
         try:
