@@ -5,19 +5,21 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from litestar import Litestar, Request, Response, get
+from litestar import Litestar, Request, Response, asgi, get
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.middleware.session.client_side import CookieBackendConfig
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
+from litestar.types import Receive, Scope, Send
 
 from app import unavailable
 from app.actions import ActionsController
 from app.approvals import ApprovalsController
 from app.capacity import install_lanes, lanes_middleware
 from app.connections import ConnectionsController
-from app.conversations_api import ConversationsController
+from app.conversations_api import ConversationsController, WakesController
+from app import mcp_server
 from app.devices import DevicesController
 from app.documents import DocumentsController
 from app.runner import RunnerController
@@ -80,20 +82,28 @@ def _too_large(cap: int):
 def create_app(settings: Settings) -> Litestar:
     """The web app; the caller has bound the database and configured tasks.runtime."""
     install_lanes(settings.WEB_THREADS, settings.WEB_PUBLIC_THREADS)
+    mcp_app, mcp_lifespan = mcp_server.build(settings)
+
+    @asgi("/mcp", is_mount=True, copy_scope=True)
+    async def mcp(scope: Scope, receive: Receive, send: Send) -> None:
+        """The MCP server (app/mcp_server.py), its own authentication and host allowlist."""
+        await mcp_app(scope, receive, send)
+
     session = CookieBackendConfig(secret=hashlib.sha256(f"session:{settings.SECRET_KEY}".encode()).digest(),
                                   key="vigil_session", httponly=True, samesite="lax",
                                   secure=settings.SESSION_COOKIE_SECURE,
-                                  exclude=["^/api/triggers/", "^/api/tool/", "^/healthz", "^/api/runner/"])
+                                  exclude=["^/api/triggers/", "^/api/tool/", "^/healthz", "^/api/runner/", "^/mcp"])
     return Litestar(
         route_handlers=[ToolController, ConversationsController, MonitorsController, EventsController,
                         PagesController, ModelsController, TriggersController, ApprovalsController, healthz,
                         DevicesController, RunnerController, DocumentsController, ActionsController, ToolsController,
-                        ConnectionsController, WakeEndpointsController,
+                        ConnectionsController, WakeEndpointsController, WakesController, mcp,
                         create_static_files_router(path="/static", directories=[STATIC])],
         middleware=[lanes_middleware, session.middleware],
         exception_handlers={**unavailable.HANDLERS, RequestEntityTooLarge: _too_large(settings.API_MAX_BODY_BYTES)},
         request_max_body_size=settings.API_MAX_BODY_BYTES,
         on_shutdown=[_hand_over_deliveries],
+        lifespan=[mcp_lifespan],
         template_config=TemplateConfig(instance=JinjaTemplateEngine.from_environment(env)),
         logging_config=None,  # adapters.logs set logging up already; Litestar's default would reset LOG_LEVEL
     )

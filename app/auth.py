@@ -29,7 +29,11 @@ def bearer_token(request: Request) -> str | None:
 def token_user(request: Request, count: bool = True) -> User:
     """The user of the runtime token; 401 when it is missing or unknown, 429 over API_RATE_PER_MINUTE (unless
     `count` is off: the same call looked at again). Call in a worker thread."""
-    token = bearer_token(request)
+    return user_of_token(bearer_token(request), count)
+
+
+def user_of_token(token: str | None, count: bool = True) -> User:
+    """token_user for a token already taken from its request (the MCP server's). Call in a worker thread."""
     if token and count:
         limit_calls("token:" + hashlib.sha256(token.encode()).hexdigest()[:32])
     user = user_for_token(token) if token else None

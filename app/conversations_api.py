@@ -9,7 +9,7 @@ from litestar.params import FromPath, FromQuery
 from app.auth import token_user
 from app.openapi import MessagePage, errors
 from models import connection
-from models.conversations import find_conversation, message_json, messages_after
+from models.conversations import find_conversation, message_json, messages_after, wakes_after
 
 MAX_LIMIT = 500
 
@@ -33,7 +33,32 @@ class ConversationsController(Controller):
         return {"messages": [message_json(m) for m in messages], "next_cursor": next_cursor}
 
 
+class WakesController(Controller):
+    @get("/api/wakes", sync_to_thread=True, responses=errors(400, 401))
+    def wakes(self, request: Request, after: FromQuery[str] = "0", conversation_id: FromQuery[str | None] = None,
+              limit: FromQuery[int] = 100) -> MessagePage:
+        """The account's wakes after a cursor, every conversation's (or one's), each with its conversation_id:
+        what `vigil watch` catches up on after a reconnect."""
+        with connection():
+            return wake_page(token_user(request), conversation_id, after, limit)
+
+
+def wake_page(user, conversation_id: str | None, after: str, limit: int) -> dict:
+    """Wakes after the cursor; a conversation that has none yet (or isn't this account's) has an empty page."""
+    cursor = _cursor(after)
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise ValidationException(f"limit must be between 1 and {MAX_LIMIT}.")
+    conversation = None
+    if conversation_id is not None:
+        conversation = find_conversation(user, conversation_id)
+        if conversation is None:
+            return {"messages": [], "next_cursor": str(cursor)}
+    found = wakes_after(user, cursor, conversation, limit)
+    return {"messages": [{"conversation_id": external, **message_json(m)} for m, external in found],
+            "next_cursor": str(found[-1][0].id) if found else str(cursor)}
+
+
 def _cursor(after: str) -> int:
-    if not after.isdigit() or len(after) > 18:
+    if not isinstance(after, str) or not after.isdigit() or len(after) > 18:
         raise ValidationException("after must be a cursor returned as next_cursor (or 0 for the start).")
     return int(after)

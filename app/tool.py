@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Annotated, Any
 
-from litestar import Controller, Request, post
+from litestar import Controller, Request, Response, get, post
 from litestar.concurrency import sync_to_thread
 from litestar.exceptions import ValidationException
-from litestar.params import Body
+from litestar.params import Body, FromQuery
 
 from models import connection, utcnow
 from models.conversations import conversation_for
@@ -16,6 +17,7 @@ from models.tool_actions import (
     WATCH_ACTIONS, CreateContext, Prepared, ToolError, first_check, monitor_cancel, monitor_list, prepare_create,
     store_create, watch_list, watch_start, watch_stop,
 )
+import tool_schema
 from app.auth import token_user
 from app.capacity import Busy, create_gate
 from app.openapi import TOOL_CALL, ToolReply, errors
@@ -24,49 +26,67 @@ from app.settings import limits_from
 from adapters.mcp_client import McpError, list_tools
 from engine.sources import DOCUMENT_SOURCES
 from models.connections import credentials, find_connection
-from models.tables import ACTIVE
+from models.tables import ACTIVE, User
 from tasks.checks import queue_claims
 from tasks.events import publish_monitor
 from tasks.runtime import current
 
 ACTIONS = ("monitor_create", "monitor_list", "monitor_cancel", *WATCH_ACTIONS)
+#: GET /api/tool/schema?format=: the one schema, as each vendor's tool list takes it
+FORMATS = {"openai": tool_schema.for_openai, "anthropic": tool_schema.for_anthropic, "mcp": tool_schema.for_mcp,
+           "seed002": tool_schema.for_watch}
 
 
 class ToolController(Controller):
     path = "/api/tool"
 
+    @get("/schema", responses=errors(400))
+    async def schema(self, format: FromQuery[str] = "openai") -> Response:
+        """The monitor tool's schema (no token needed): format openai, anthropic, mcp or seed002."""
+        if format not in FORMATS:
+            raise ValidationException(f"format must be one of {', '.join(FORMATS)}.")
+        return Response(FORMATS[format](), headers={"Cache-Control": "public, max-age=300"})
+
     @post("/monitor", status_code=200, responses=errors(400, 401, 413, 429))
     async def monitor(self, request: Request, data: Annotated[Any, Body(schema_extra=TOOL_CALL)]) -> ToolReply:
-        """Short calls are one unit of work. A polled monitor_create is three: validate (a connection), its
-        first check (no connection, in the create pool, bounded per process and per account), store (a
-        connection)."""
-        action, arguments, context = _parse_body(data)
-        source = arguments.get("source") if action == "monitor_create" else None
-        listing = (None, "")
-        if isinstance(source, dict) and source.get("type") == "tool" and isinstance(source.get("connection"), str):
-            listing = await _list_connection(request, source["connection"])
-        first = await sync_to_thread(_call, request, action, arguments, context, listing)
-        if not isinstance(first, Prepared):
-            return first
-        settings = current().settings
-        gate = create_gate(settings.CREATE_CONCURRENCY, settings.CREATE_CONCURRENCY_PER_ACCOUNT)
-        deadline = settings.CREATE_FETCH_TIMEOUT_SECONDS
-        checked_at = utcnow()
-        try:
-            outcome = await gate.run(first.user_id, lambda: first_check(
-                first, current().create_io(), settings.FETCH_MAX_TEXT_BYTES, checked_at), deadline + 1)
-        except Busy as exc:
-            return {"ok": False, "error": str(exc)}
-        except asyncio.TimeoutError:
-            return {"ok": False, "error": f"The first check took longer than {deadline:g} seconds, so no monitor "
-                                         "was created; try again, or watch a source that answers sooner."}
-        return await sync_to_thread(_store, request, first, outcome, checked_at)
+        action, arguments, context = parse_call(data)
+        return await run_call(lambda count: token_user(request, count), action, arguments, context)
 
 
-async def _list_connection(request: Request, name: str) -> tuple[tuple | None, str]:
+#: who is calling: the token's user, counted against API_RATE_PER_MINUTE when asked (401/429 otherwise)
+Caller = Callable[[bool], User]
+
+
+async def run_call(caller: Caller, action: str, arguments: dict, context: dict) -> dict:
+    """One tool call, as the REST endpoint and the MCP server both run it. Short calls are one unit of work. A
+    polled monitor_create is three: validate (a connection), its first check (no connection, in the create pool,
+    bounded per process and per account), store (a connection)."""
+    source = arguments.get("source") if action == "monitor_create" else None
+    listing = (None, "")
+    if isinstance(source, dict) and source.get("type") == "tool" and isinstance(source.get("connection"), str):
+        listing = await _list_connection(caller, source["connection"])
+    first = await sync_to_thread(_call, caller, action, arguments, context, listing)
+    if not isinstance(first, Prepared):
+        return first
+    settings = current().settings
+    gate = create_gate(settings.CREATE_CONCURRENCY, settings.CREATE_CONCURRENCY_PER_ACCOUNT)
+    deadline = settings.CREATE_FETCH_TIMEOUT_SECONDS
+    checked_at = utcnow()
+    try:
+        outcome = await gate.run(first.user_id, lambda: first_check(
+            first, current().create_io(), settings.FETCH_MAX_TEXT_BYTES, checked_at), deadline + 1)
+    except Busy as exc:
+        return {"ok": False, "error": str(exc)}
+    except asyncio.TimeoutError:
+        return {"ok": False, "error": f"The first check took longer than {deadline:g} seconds, so no monitor "
+                                     "was created; try again, or watch a source that answers sooner."}
+    return await sync_to_thread(_store, caller, first, outcome, checked_at)
+
+
+async def _list_connection(caller: Caller, name: str) -> tuple[tuple | None, str]:
     """An MCP connection's tools, for a watch of one: listed in the create pool with no database connection held,
     bounded like a first check. (None, why) when they can't be."""
-    found = await sync_to_thread(_connection_credentials, request, name)
+    found = await sync_to_thread(_connection_credentials, caller, name)
     if found is None:
         return None, ""  # no such connection: monitor_create says so, naming the ones there are
     user_id, url, token = found
@@ -85,18 +105,18 @@ async def _list_connection(request: Request, name: str) -> tuple[tuple | None, s
     return tuple(tools), ""
 
 
-def _connection_credentials(request: Request, name: str) -> tuple[int, str, str | None] | None:
+def _connection_credentials(caller: Caller, name: str) -> tuple[int, str, str | None] | None:
     with connection():
-        user = token_user(request, count=False)
+        user = caller(False)
         row = find_connection(user.id, name)
         return None if row is None else (user.id, *credentials(row, current().keyring))
 
 
-def _call(request: Request, action: str, arguments: dict, context: dict,
+def _call(caller: Caller, action: str, arguments: dict, context: dict,
           listing: tuple[tuple | None, str] = (None, "")) -> dict | Prepared:
     """The reply, or a polled monitor_create that still needs its first check."""
     with connection():
-        user = token_user(request)
+        user = caller(True)
         conversation = conversation_for(user, context["conversation_id"], context.get("channel") or "chat",
                                         context.get("agent_id") or "")
         try:
@@ -121,9 +141,9 @@ def _call(request: Request, action: str, arguments: dict, context: dict,
             return {"ok": False, "error": str(exc)}
 
 
-def _store(request: Request, prepared: Prepared, outcome, checked_at) -> dict:
+def _store(caller: Caller, prepared: Prepared, outcome, checked_at) -> dict:
     with connection():
-        token_user(request, count=False)  # a token revoked while the first check ran creates nothing
+        caller(False)  # a token revoked while the first check ran creates nothing
         try:
             return _published(*store_create(prepared, outcome, checked_at, utcnow()))
         except ToolError as exc:
@@ -153,7 +173,7 @@ def create_context(mcp_listing: tuple | None = None, mcp_error: str = "") -> Cre
                          tools_enabled=settings.TOOL_SOURCES_ENABLED, mcp_listing=mcp_listing, mcp_error=mcp_error)
 
 
-def _parse_body(data: Any) -> tuple[str, dict, dict]:
+def parse_call(data: Any) -> tuple[str, dict, dict]:
     if not isinstance(data, dict):
         raise ValidationException("The body must be a JSON object with action, arguments and context.")
     action, arguments, context = data.get("action"), data.get("arguments", {}), data.get("context")

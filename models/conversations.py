@@ -45,6 +45,17 @@ def messages_after(conversation: Conversation, after: int, limit: int = 100) -> 
                 .order_by(Message.id).limit(limit))
 
 
+def wakes_after(user: User, after: int, conversation: Conversation | None = None,
+                limit: int = 100) -> list[tuple[Message, str]]:
+    """The account's wakes after a cursor (of one conversation, or all), oldest first, each with its
+    conversation's id as the runtime named it."""
+    query = (Message.select(Message, Conversation.external_id).join(Conversation)
+             .where((Conversation.user == user) & (Message.id > after) & (Message.role == "wake")))
+    if conversation is not None:
+        query = query.where(Message.conversation == conversation)
+    return [(row, row.conversation.external_id) for row in query.order_by(Message.id).limit(limit)]
+
+
 def user_conversations(user: User) -> list[Conversation]:
     """The user's conversations, newest activity first, each with `.watching` set."""
     conversations = list(Conversation.select().where(Conversation.user == user)
