@@ -9,7 +9,7 @@ from litestar.params import FromPath, FromQuery
 from app.auth import token_user
 from app.openapi import MessagePage, errors
 from models import connection
-from models.conversations import find_conversation, message_json, messages_after, wakes_after
+from models.conversations import find_conversation, message_json, latest_message_id, messages_after, wakes_after
 
 MAX_LIMIT = 500
 
@@ -44,8 +44,11 @@ class WakesController(Controller):
 
 
 def wake_page(user, conversation_id: str | None, after: str, limit: int) -> dict:
-    """Wakes after the cursor; a conversation that has none yet (or isn't this account's) has an empty page."""
-    cursor = _cursor(after)
+    """Wakes after the cursor (`latest`: none, and the cursor of the newest, to follow from now); a conversation
+    that has none yet (or isn't this account's) has an empty page."""
+    cursor = latest_message_id() if after == "latest" else _cursor(after)
+    if after == "latest":
+        return {"messages": [], "next_cursor": str(cursor)}
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise ValidationException(f"limit must be between 1 and {MAX_LIMIT}.")
     conversation = None

@@ -89,3 +89,24 @@ def ended_text(description: str, reason: str) -> str:
     """Seed 001's error path: the monitor has stopped for good."""
     return (f"Monitor stopped with an error: {description}. {clean_found(reason)} It watches nothing more and "
             "will not resume; tell the user, and arm a new monitor if it still matters.")
+
+
+#: a printed wake line (`vigil watch`) is at most this long
+MAX_LINE_CHARS = 300
+
+
+def wake_line(description: str, content: str) -> str:
+    """One line for a terminal or a coding agent's monitor tool: `[vigil] <description>: <what was found>`. What
+    was found is the fenced block (a JSON payload spans lines: they are joined), else the text's first line;
+    control characters removed, at most MAX_LINE_CHARS."""
+    lines = content.splitlines()
+    found = ""
+    if "<<<" in lines:
+        fenced = lines[lines.index("<<<") + 1:]
+        found = " ".join(fenced[: fenced.index(">>>")] if ">>>" in fenced else fenced)
+    if not found.strip():
+        found = next((line for line in lines if line.strip()), "")
+    found = " ".join("".join(_plain(ch) for ch in found).split())
+    line = f"[vigil] {description}: {found}" if description else f"[vigil] {found}"
+    line = "".join(ch for ch in line if ch.isprintable())
+    return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from peewee import fn
+
 from models.compiled import Compiled, with_id
 from models.db import iso, utcnow
 from models.tables import ACTIVE, Conversation, Message, Monitor, User
@@ -54,6 +56,12 @@ def wakes_after(user: User, after: int, conversation: Conversation | None = None
     if conversation is not None:
         query = query.where(Message.conversation == conversation)
     return [(row, row.conversation.external_id) for row in query.order_by(Message.id).limit(limit)]
+
+
+def latest_message_id() -> int:
+    """The newest message's id, any account's: a cursor to follow from now (ids are shared, so it reveals only
+    how many messages exist, which a cursor does already)."""
+    return Message.select(fn.MAX(Message.id)).scalar() or 0
 
 
 def user_conversations(user: User) -> list[Conversation]:

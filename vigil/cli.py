@@ -1,4 +1,4 @@
-"""The `vigil` command: serve (all-in-one), web, worker, scheduler, migrate, user, token, runner."""
+"""The `vigil` command: serve (all-in-one), web, worker, scheduler, migrate, user, token, runner, watch."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ def main(argv: list[str] | None = None) -> int:
         from runner.cli import main as runner_main
 
         return runner_main(argv[1:])
+    if argv[:1] == ["watch"]:  # on the agent's machine: a client of the server, no server settings
+        from vigil.watch import main as watch_main
+
+        return watch_main(argv[1:])
     args = _parser().parse_args(argv)
     try:
         settings = Settings.from_env()
@@ -47,6 +51,8 @@ def _parser() -> argparse.ArgumentParser:
     worker.set_defaults(run=_worker)
     commands.add_parser("scheduler", help="the loop that enqueues due checks").set_defaults(run=_scheduler)
     commands.add_parser("migrate", help="create or update the schema").set_defaults(run=_migrate)
+    commands.add_parser("watch", help="print one line per wake, for coding agents (see docs/agents.md)",
+                        add_help=False)
     commands.add_parser("runner", help="on a paired device: `vigil runner pair …`, then `vigil runner` (see "
                         "docs/runner.md)", add_help=False)
     user = commands.add_parser("user", help="owner accounts").add_subparsers(required=True, metavar="ACTION")
