@@ -21,6 +21,7 @@ from models.monitors import expire_due, load_for_check
 from models.results import record_check
 from models.tables import ACTIVE
 from models.triggers import unprocessed
+from models.wake_endpoints import prune_attempts
 from tasks.broker import UNAVAILABLE
 from tasks.checks import BATCH_SIZE, check_monitors
 from tasks.deliveries import process_delivery
@@ -78,7 +79,20 @@ def sweep(now: datetime, older_than_seconds: int) -> int:
     results = unchecked_results(now - timedelta(seconds=older_than_seconds))
     for run_id in results:
         check_command_result.send(run_id)
+    _prune(now)
     return len(stale) + len(results)
+
+
+#: ended pushes and their attempts are deleted a week after the wake, checked this often
+PRUNE_EVERY_SECONDS = 3600
+_next_prune = 0.0
+
+
+def _prune(now: datetime) -> None:
+    global _next_prune
+    if time.monotonic() >= _next_prune:
+        _next_prune = time.monotonic() + PRUNE_EVERY_SECONDS
+        prune_attempts(now)
 
 
 #: how long after a wall-clock tick boundary the tick runs: a time watch due at 12:00:05 is claimed at 12:00:05.005
