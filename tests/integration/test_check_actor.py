@@ -58,7 +58,7 @@ def test_crossing_wakes_once_with_what_was_found(client, owner, pages, run_due_c
     [wake] = wakes(monitor_id)
     assert "89.50 is below 90 (was 95.10)" in wake.content and "Tell the user." in wake.content
     assert wake.role == "wake"
-    assert wake.metadata["wake"] == {"source": "monitor", "ref_id": monitor_id,
+    assert wake.metadata["wake"] == {"source": "monitor", "ref_id": monitor_id, "description": "ACMEB below 90",
                                      "dedupe_key": wake.metadata["wake"]["dedupe_key"]}
     pages.set("/q", quote("88.00"))
     run_due_checks()
