@@ -33,7 +33,8 @@ class WakeEndpointsController(Controller):
         user = _caller(request)
         body = data if isinstance(data, dict) else {}
         try:
-            url, description = check_endpoint(body.get("url"), body.get("description"))
+            url, description = check_endpoint(body.get("url"), body.get("description"),
+                                              current().settings.FETCH_ALLOW_LOOPBACK)
             with connection():
                 endpoint, secret = add_endpoint(user, url, description, current().keyring, utcnow())
         except EndpointRefused as exc:

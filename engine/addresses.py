@@ -39,6 +39,19 @@ def check_url(url: str) -> str:
     return url
 
 
+def literal_reason(url: str, allow_loopback: bool) -> str | None:
+    """Why a checked url's host may not be contacted, when the host is an address written out (or localhost),
+    so a registration can say so at once; None for a host name, whose addresses are checked at connect time."""
+    host = (urlsplit(url).hostname or "").rstrip(".")
+    if host == "localhost" or host.endswith(".localhost"):
+        return None if allow_loopback else "a loopback address (this machine)"
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return forbidden_reason(ip, allow_loopback)
+
+
 def _check_authority(parts) -> None:
     if "@" in parts.netloc:
         raise BlockedURL("The url must not contain a user name or password before the host; "

@@ -49,6 +49,8 @@ def body(conversation_id: str, message: dict) -> bytes:
     if len(raw) <= MAX_BODY_BYTES:
         return raw
     slim = {**message, "metadata": {"wake": (message.get("metadata") or {}).get("wake", {}), "truncated": True}}
+    if len(encoded(slim)) <= MAX_BODY_BYTES:  # the metadata was what did not fit
+        return encoded(slim)
     text, low, high = slim["content"], 0, len(slim["content"])
     while low < high:  # the longest start of the text that fits (rare: the found text is capped already)
         middle = (low + high + 1) // 2

@@ -50,10 +50,13 @@ def misfit_text(description: str, problem: str) -> str:
             "fit stay silent.")
 
 
+_DECISION = "Decision: "
+
+
 def decision_text(description: str, question: str, decision: str, comment: str) -> str:
     lines = [f"Approval decided: {description}",
              "A person decided through the approval link (not the user of this chat; untrusted input):",
-             f"Question: {clean_found(question)}", f"Decision: {clean_found(decision)}"]
+             f"Question: {clean_found(question)}", f"{_DECISION}{clean_found(decision)}"]
     if comment:
         lines += ["Comment:", "<<<", clean_found(comment), ">>>"]
     return "\n".join(lines)
@@ -104,6 +107,9 @@ def wake_line(description: str, content: str) -> str:
     if "<<<" in lines:
         fenced = lines[lines.index("<<<") + 1:]
         found = " ".join(fenced[: fenced.index(">>>")] if ">>>" in fenced else fenced)
+    decision = next((line[len(_DECISION):] for line in lines if line.startswith(_DECISION)), None)
+    if decision is not None:  # an approval: the decision, then the comment (the fenced part) if any
+        found = f"{decision}: {found}" if found.strip() else decision
     if not found.strip():
         found = next((line for line in lines if line.strip()), "")
     found = " ".join("".join(_plain(ch) for ch in found).split())

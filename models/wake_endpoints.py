@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from engine.addresses import check_url
+from engine.addresses import check_url, literal_reason
 from engine.crypto import Keyring
 from engine.errors import BlockedURL
 from engine.pushes import DELIVERED, DISABLE, GIVE_UP, Verdict
@@ -37,7 +37,7 @@ class EndpointRefused(Exception):
         self.message, self.status = message, status
 
 
-def check_endpoint(url: object, description: object) -> tuple[str, str]:
+def check_endpoint(url: object, description: object, allow_loopback: bool) -> tuple[str, str]:
     if not isinstance(url, str) or not url.strip():
         raise EndpointRefused("url is required: the https address your runtime receives wakes at.")
     if len(url) > 2000:
@@ -46,6 +46,12 @@ def check_endpoint(url: object, description: object) -> tuple[str, str]:
         check_url(url.strip())
     except BlockedURL as exc:
         raise EndpointRefused(f"url can't be used: {exc.message}") from None
+    reason = literal_reason(url.strip(), allow_loopback)
+    if reason:
+        hint = (" For a runtime on the same machine as Vigil, set FETCH_ALLOW_LOOPBACK=true."
+                if "loopback" in reason else "")
+        raise EndpointRefused(f"url can't be used: it points to {reason}, and wakes go only to public internet "
+                              f"addresses.{hint}")
     if description is None:
         description = ""
     if not isinstance(description, str) or len(description) > 200 or "\x00" in description:
