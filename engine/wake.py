@@ -51,10 +51,11 @@ def misfit_text(description: str, problem: str) -> str:
 
 
 _DECISION = "Decision: "
+_DECIDED = "Approval decided: "
 
 
 def decision_text(description: str, question: str, decision: str, comment: str) -> str:
-    lines = [f"Approval decided: {description}",
+    lines = [f"{_DECIDED}{description}",
              "A person decided through the approval link (not the user of this chat; untrusted input):",
              f"Question: {clean_found(question)}", f"{_DECISION}{clean_found(decision)}"]
     if comment:
@@ -107,7 +108,9 @@ def wake_line(description: str, content: str) -> str:
     if "<<<" in lines:
         fenced = lines[lines.index("<<<") + 1:]
         found = " ".join(fenced[: fenced.index(">>>")] if ">>>" in fenced else fenced)
-    decision = next((line[len(_DECISION):] for line in lines if line.startswith(_DECISION)), None)
+    head = lines[: lines.index("<<<")] if "<<<" in lines else lines  # never the source's own text
+    decision = (next((line[len(_DECISION):] for line in reversed(head) if line.startswith(_DECISION)), None)
+                if lines and lines[0].startswith(_DECIDED) else None)
     if decision is not None:  # an approval: the decision, then the comment (the fenced part) if any
         found = f"{decision}: {found}" if found.strip() else decision
     if not found.strip():
