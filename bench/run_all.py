@@ -25,8 +25,8 @@ if str(ROOT) not in sys.path:
 from bench.common import PYTHON, RESULTS, failed, hold_signals, prepare, publish, versions  # noqa: E402
 
 #: in the order they run: the cheap ones first, so a broken set-up shows early
-BENCHMARKS = ("judge_calls", "quiet_checks", "trigger_ingest", "stream_lines", "time_and_documents", "tool_polls",
-              "web_under_load", "scheduler_cost", "memory")
+BENCHMARKS = ("judge_calls", "quiet_checks", "trigger_ingest", "wake_push", "stream_lines", "time_and_documents",
+              "tool_polls", "web_under_load", "scheduler_cost", "memory")
 
 
 def run_one(name: str) -> tuple[int, float]:
