@@ -126,6 +126,11 @@ class Settings:
     """Highest max_hits a trigger link may ask for (default 1000 hits); more is capped with a note. Default 10000."""
     DELIVERY_SWEEP_SECONDS: int = 30
     """A stored delivery still unprocessed after this long is queued again by the scheduler. Default 30."""
+    WAKE_PUSH_LEASE_SECONDS: int = 60
+    """A wake push being sent is held this long; one whose worker died is sent again after it (at least 20, above
+    the 15 s push timeout). Default 60."""
+    WAKE_PUSH_SWEEP_SECONDS: float = 2.0
+    """How often the scheduler queues due wake pushes (retries, and pushes whose message was lost). Default 2."""
     SCHEDULER_TICK_SECONDS: float = 1.0
     """How often the scheduler looks for due monitors. Default 1."""
     SCHEDULER_BATCH_SIZE: int = 500
@@ -194,7 +199,9 @@ class Settings:
                      "API_MAX_BODY_BYTES", "WEB_THREADS", "WEB_PUBLIC_THREADS", "DATABASE_MAX_CONNECTIONS"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{name} must be at least 1")
-        for name in ("CREATE_FETCH_TIMEOUT_SECONDS", "WEB_HEADER_TIMEOUT_SECONDS"):
+        if self.WAKE_PUSH_LEASE_SECONDS < 20:
+            raise SettingsError("WAKE_PUSH_LEASE_SECONDS must be at least 20 (a push may take 15 s)")
+        for name in ("CREATE_FETCH_TIMEOUT_SECONDS", "WEB_HEADER_TIMEOUT_SECONDS", "WAKE_PUSH_SWEEP_SECONDS"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name} must be more than 0")
         return replace(self, **changes) if changes else self

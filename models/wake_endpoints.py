@@ -17,13 +17,13 @@ from engine.pushes import DELIVERED, DISABLE, GIVE_UP, Verdict
 from engine.signatures import new_secret
 from models.compiled import Compiled
 from models.db import database, iso, write_transaction
-from models.tables import Message, User, WakeAttempt, WakeEndpoint, WakePush
+from models.tables import Conversation, Message, User, WakeAttempt, WakeEndpoint, WakePush
 
 PENDING, FAILED = "pending", "failed"
 #: a rotated-out secret still signs for this long, so receivers can switch over
 ROTATION_OVERLAP = timedelta(hours=24)
-#: an attempt in flight holds its push this long (the 15 s timeout and then some); a worker killed mid-send
-#: leaves it due again after that
+#: an attempt in flight holds its push this long (the 15 s timeout and then some; WAKE_PUSH_LEASE_SECONDS); a
+#: worker killed mid-send leaves it due again after that
 LEASE = timedelta(seconds=60)
 #: endpoints per account
 MAX_ENDPOINTS = 10
@@ -147,22 +147,24 @@ _CLAIM = Compiled(lambda push_id, attempts, pending, now, until: WakePush.update
     & (WakePush.next_attempt_at <= now)))
 
 
-def claim_push(push_id: int, now: datetime) -> Claimed | None:
+#: a push with its endpoint, its message and the message's conversation id, in one round trip
+_LOAD = Compiled(lambda push_id: WakePush.select(WakePush, WakeEndpoint, Message, Conversation.id,
+                                                 Conversation.external_id)
+                 .join(WakeEndpoint).switch(WakePush).join(Message).join(Conversation)
+                 .where(WakePush.id == push_id))
+
+
+def claim_push(push_id: int, now: datetime, lease: timedelta = LEASE) -> Claimed | None:
     """The push, leased to this worker, if it is due and no one else holds it; None otherwise."""
-    push = WakePush.get_or_none(WakePush.id == push_id)
+    push = _LOAD.first(push_id)
     if push is None or push.status != PENDING or push.next_attempt_at > now:
         return None
-    with database.atomic():
-        if _CLAIM.rowcount(push_id, push.attempts, PENDING, now, now + LEASE) != 1:
-            return None  # another worker got there first
-    endpoint = WakeEndpoint.get_or_none(WakeEndpoint.id == push.endpoint_id)
-    message = Message.get_or_none(Message.id == push.message_id)
-    if endpoint is None or message is None:
-        return None
-    if not endpoint.enabled:
+    if _CLAIM.rowcount(push_id, push.attempts, PENDING, now, now + lease) != 1:
+        return None  # another worker got there first
+    if not push.endpoint.enabled:
         _finish(push_id, push.attempts, FAILED)
         return None
-    return Claimed(push_id, push.attempts, endpoint, message.conversation.external_id, message)
+    return Claimed(push_id, push.attempts, push.endpoint, push.message.conversation.external_id, push.message)
 
 
 def pushes_for(message_id: int) -> list[int]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from datetime import timedelta
 
 import dramatiq
 
@@ -50,7 +51,7 @@ ACTORS = [push_message, push_due]
 
 
 def send(push_id: int) -> None:
-    claimed = claim_push(push_id, utcnow())
+    claimed = claim_push(push_id, utcnow(), timedelta(seconds=current().settings.WAKE_PUSH_LEASE_SECONDS))
     if claimed is None:
         return  # not due, delivered, or another worker holds it
     status, answer, latency_ms, retry_after = _post(claimed)
@@ -87,7 +88,7 @@ def _ms(since: float) -> int:
 def _fetcher(allow_loopback: bool) -> Fetcher:
     """This thread's fetcher for pushes: the SSRF guard, 15 s, no redirects, connections kept between pushes."""
     fetcher = getattr(_local, "fetcher", None)
-    if fetcher is None:
+    if fetcher is None or fetcher.policy.allow_loopback != allow_loopback:  # the setting changed (tests do)
         policy = FetchPolicy(timeout=TIMEOUT_SECONDS, max_bytes=ANSWER_BYTES, allow_loopback=allow_loopback,
                              max_redirects=0)
         fetcher = _local.fetcher = Fetcher(policy, user_agent="Vigil/0.1 (+wake push)")
@@ -102,6 +103,7 @@ def queue_pushes_of(messages) -> None:
 
 
 def sweep_pushes(now, limit: int = 200) -> int:
+    """Queue the pushes due at `now` (the caller leaves the actor queued with a wake its grace first)."""
     ids = due_pushes(now, limit)
     for start in range(0, len(ids), 20):
         push_due.send(ids[start:start + 20])

@@ -44,7 +44,7 @@ def tick(now: datetime, batch_size: int) -> int:
     for monitor, message in expire_due(now):
         publish_monitor(monitor, message)
     devices_tick(now)
-    sweep_pushes(now - PUSH_GRACE)
+    _sweep_pushes(now)
     claimed = claim_due(now, batch_size)
     for start in range(0, len(claimed), BATCH_SIZE):
         try:
@@ -81,6 +81,19 @@ def sweep(now: datetime, older_than_seconds: int) -> int:
         check_command_result.send(run_id)
     _prune(now)
     return len(stale) + len(results)
+
+
+_last_push_sweep: datetime | None = None
+
+
+def _sweep_pushes(now: datetime) -> None:
+    """Every WAKE_PUSH_SWEEP_SECONDS of the tick's own time, not every tick: a push due and still unclaimed (busy
+    workers) would otherwise get another message on every tick. A clock that went back sweeps at once."""
+    global _last_push_sweep
+    last = _last_push_sweep
+    if last is None or now < last or (now - last).total_seconds() >= current().settings.WAKE_PUSH_SWEEP_SECONDS:
+        _last_push_sweep = now
+        sweep_pushes(now - PUSH_GRACE)
 
 
 #: ended pushes and their attempts are deleted a week after the wake, checked this often
