@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -15,6 +14,7 @@ import requests
 from playwright.sync_api import Page, expect
 from standardwebhooks import Webhook
 
+from tests.integration.helpers import wait_for
 from tests.processes import vigil
 
 pytestmark = pytest.mark.e2e
@@ -65,16 +65,6 @@ def fire_a_wake(stack, auth: dict) -> None:
     assert created["ok"], created
     sent = requests.post(created["result"]["url"], json={"event": "deployed"}, timeout=15)
     assert sent.status_code == 202, sent.text
-
-
-def wait_for(probe, timeout: float = 30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("timed out")
 
 
 def test_wake_endpoints_page_shows_a_failed_attempt_its_retry_and_the_delivery(page: Page, vigil_stack, account,

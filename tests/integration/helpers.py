@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
+from pathlib import Path
 from datetime import timedelta
 
 from models import database, utcnow
@@ -81,3 +82,23 @@ def login(client, email: str = "owner@example.com", password: str = "owner-passw
     assert signed_in.status_code == 303, signed_in.text
     page = client.get("/settings/devices")
     return re.search(r'"X-CSRF-Token": "([^"]+)"', page.text).group(1)
+
+
+@contextmanager
+def running_stack(tmp_path: Path, *, worker: bool = True, scheduler: bool = False, **settings: str):
+    """`vigil web` (and a worker, and the scheduler) as processes on the integration database, for clients that
+    need real HTTP (the MCP SDK, `vigil watch`); each stopped by SIGTERM and required to exit 0."""
+    from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
+    from tests.reliability.stack import Stack
+
+    stack = Stack(tmp_path, TEST_DATABASE_URL, TEST_REDIS_URL, **settings)
+    try:
+        if worker:
+            stack.start_worker(threads=2)
+        if scheduler:
+            stack.start_scheduler()
+        stack.start_web()
+        yield stack
+    finally:
+        problems = stack.stop_all()
+    assert not problems, f"{problems}\n{stack.log_tails()}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from contextlib import contextmanager
 
 import anyio
 import jsonschema
@@ -23,27 +22,15 @@ from mcp.shared.exceptions import MCPError
 
 import tool_schema
 from models.tables import Monitor
-from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
-from tests.integration.helpers import db
+from tests.integration.helpers import db, running_stack
 from tests.reliability.stack import Stack
 
 TOOLS = ["monitor_create", "monitor_list", "monitor_cancel", "wakes_read"]
 
 
-@contextmanager
 def running(tmp_path, *, wakes: bool = False, **settings: str):
-    """`vigil web` on the integration database (and, for wakes, a worker and the scheduler); stopped by SIGTERM,
-    each of them exiting 0."""
-    stack = Stack(tmp_path, TEST_DATABASE_URL, TEST_REDIS_URL, **settings)
-    try:
-        if wakes:
-            stack.start_worker(threads=2)
-            stack.start_scheduler()
-        stack.start_web()
-        yield stack
-    finally:
-        problems = stack.stop_all()
-    assert not problems, f"{problems}\n{stack.log_tails()}"
+    """`vigil web`, and for wakes a worker and the scheduler."""
+    return running_stack(tmp_path, worker=wakes, scheduler=wakes, **settings)
 
 
 @pytest.fixture()

@@ -9,31 +9,21 @@ from __future__ import annotations
 import os
 import subprocess
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
 from tests.processes import VIGIL, free_port, stop
+from tests.integration.helpers import running_stack
 from tests.reliability.stack import Stack
 
 ENDED = "[vigil] watch ended after {} with no more wakes; run it again to keep watching."
 
 
-@contextmanager
 def running(tmp_path: Path, *, worker: bool = True):
-    """`vigil web` (and `vigil worker`) on the integration database, PUBLIC_API_BASE_URL its real address."""
-    stack = Stack(tmp_path, TEST_DATABASE_URL, TEST_REDIS_URL)
-    try:
-        if worker:
-            stack.start_worker(threads=2)
-        stack.start_web()
-        yield stack
-    finally:
-        problems = stack.stop_all()
-    assert not problems, f"{problems}\n{stack.log_tails()}"
+    """`vigil web` (and `vigil worker`), PUBLIC_API_BASE_URL its real address."""
+    return running_stack(tmp_path, worker=worker)
 
 
 @pytest.fixture()

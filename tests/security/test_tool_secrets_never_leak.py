@@ -16,7 +16,7 @@ import requests
 
 from tests.integration.test_embedded_smoke import wait_for
 from tests.mcp_server import serve_mcp
-from tests.processes import VIGIL, free_port, start, stop, vigil, wait_healthy
+from tests.processes import stop, vigil
 from tests.security.test_trigger_secrets_never_leak import read_stream
 
 HEADER_SECRET = "sk-tool-HEADER-SECRET-never-logged"
@@ -59,20 +59,8 @@ def price_api():
 
 
 @pytest.fixture()
-def serve(tmp_path):
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = {"VIGIL_DATA_DIR": str(tmp_path / "data"), "DATABASE_URL": "", "REDIS_URL": "", "SECRET_KEY": "",
-           "ENCRYPTION_KEYS": "", "FETCH_ALLOW_LOOPBACK": "true", "LOG_LEVEL": "DEBUG", "PUBLIC_API_BASE_URL": base,
-           "API_URL": "", "JUDGE_BASE_URL": "", "JUDGE_API_KEY": "", "JUDGE_MODEL": "", "JUDGE_API_VERSION": "",
-           "SCHEDULER_TICK_SECONDS": "0.2", "PYTHONUNBUFFERED": "1"}
-    log = tmp_path / "serve.log"
-    process = start([VIGIL, "serve", "--port", str(port)], env, log)
-    try:
-        wait_healthy(base, process, log)
-        yield base, env, process, log
-    finally:
-        stop(process)
+def serve(serve_debug):
+    return serve_debug
 
 
 def test_tool_header_values_and_mcp_tokens_never_leak(serve, price_api):

@@ -16,27 +16,15 @@ from standardwebhooks import Webhook
 
 from tests.integration.test_embedded_smoke import wait_for
 from tests.integration.test_wake_push import Receiver
-from tests.processes import VIGIL, free_port, start, stop, vigil, wait_healthy
+from tests.processes import stop, vigil
 
 CONVERSATION = "wake-push-leak-check"
 CSRF = re.compile(r'name="_csrf" value="([^"]+)"')
 
 
 @pytest.fixture()
-def serve(tmp_path):
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    env = {"VIGIL_DATA_DIR": str(tmp_path / "data"), "DATABASE_URL": "", "REDIS_URL": "", "SECRET_KEY": "",
-           "ENCRYPTION_KEYS": "", "FETCH_ALLOW_LOOPBACK": "true", "LOG_LEVEL": "DEBUG", "PUBLIC_API_BASE_URL": base,
-           "API_URL": "", "JUDGE_BASE_URL": "", "JUDGE_API_KEY": "", "JUDGE_MODEL": "", "JUDGE_API_VERSION": "",
-           "SCHEDULER_TICK_SECONDS": "0.2", "PYTHONUNBUFFERED": "1"}
-    log = tmp_path / "serve.log"
-    process = start([VIGIL, "serve", "--port", str(port)], env, log)
-    try:
-        wait_healthy(base, process, log)
-        yield base, env, process, log
-    finally:
-        stop(process)
+def serve(serve_debug):
+    return serve_debug
 
 
 @pytest.fixture()
