@@ -9,7 +9,9 @@ SQL = "SELECT %s::int + %s::int"
 
 
 def server_statements() -> list[str]:
-    return [row[0] for row in prepared.database.execute_sql("SELECT name FROM pg_prepared_statements")]
+    """This test's statements the connection holds (a pooled connection may hold the app's own from earlier)."""
+    return [row[0] for row in prepared.database.execute_sql("SELECT name FROM pg_prepared_statements")
+            if row[0].startswith("vigil_test_")]
 
 
 def test_a_statement_is_prepared_once_per_connection_and_gives_the_same_answers(postgres):

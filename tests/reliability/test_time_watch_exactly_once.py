@@ -117,7 +117,7 @@ def _fired_once(monitor_id: str, watch: dict) -> list[str]:
         problems.append(f"status {watch['status']}")
     if watch["wake_keys"] != ["time:fired"]:
         problems.append(f"wake rows {watch['wake_keys']}")
-    wakes = [meta.get("wake", {}) for _, meta in watch["messages"]]
+    wakes = [{k: v for k, v in meta.get("wake", {}).items() if k != "description"} for _, meta in watch["messages"]]
     if wakes != [{"source": "time", "ref_id": monitor_id, "dedupe_key": "time:fired"}]:
         problems.append(f"{len(wakes)} wake messages: {wakes}")
     return problems

@@ -84,11 +84,12 @@ def test_long_match_is_cut_and_fact_is_short():
 def test_nested_repeat_that_the_engine_handles_is_fast():
     started = time.monotonic()
     verdict = baseline(rx(r"(a+)+$"), Content(text="a" * 50 + "b"))
-    assert time.monotonic() - started < 2 and verdict.summary == "the pattern does not match"
+    # a bound, not a timing: unguarded, this backtracking runs for years; 10 s holds on a loaded 2-core machine
+    assert time.monotonic() - started < 10 and verdict.summary == "the pattern does not match"
 
 
 def test_catastrophic_pattern_is_cut_off_as_a_content_error():
     started = time.monotonic()
     with pytest.raises(ContentError, match="the pattern took too long on this content"):
         baseline(rx(r"(a|aa)+$"), Content(text="a" * 50 + "b"))
-    assert time.monotonic() - started < 2.5
+    assert time.monotonic() - started < 10  # cut off (unguarded it never ends), however loaded the machine
