@@ -15,10 +15,15 @@ from adapters.settings import Settings
 log = logging.getLogger("vigil")
 
 
-def run_web(settings: Settings, host: str, port: int) -> int:
+def run_web(settings: Settings, host: str, port: int, greet: bool = True) -> int:
+    """The web tier; `greet` prints how to create the first account while there is none (serve has already)."""
     from app import create_app
+    from app.first_run import first_run_lines
 
     from adapters.webserver import guarded_protocol
+
+    if greet and (lines := first_run_lines(settings.SECRET_KEY, f"http://{host}:{port}")):
+        print("\n".join(lines), flush=True)
 
     config = uvicorn.Config(create_app(settings), host=host, port=port, timeout_graceful_shutdown=2,
                             log_level=settings.LOG_LEVEL.lower(), proxy_headers=False,
@@ -69,25 +74,19 @@ def serve(settings: Settings, host: str, port: int) -> int:
         start_local_runner(settings, host, port, stop)
     _greet(settings, host, port)
     try:
-        return run_web(settings, host, port)
+        return run_web(settings, host, port, greet=False)
     finally:
         stop.set()
         worker.stop(timeout=5000)
 
 
 def _greet(settings: Settings, host: str, port: int) -> None:
-    from models import connection
-    from models.accounts import has_users
+    from app.first_run import first_run_lines
 
-    with connection():
-        first = not has_users()
     mode = "embedded (SQLite, in-process worker)" if settings.embedded else "with Redis"
-    lines = [f"Vigil is running at http://{host}:{port} — {mode}; database {settings.DATABASE_URL}"]
-    if first:
-        lines += ["No account yet. In another terminal:",
-                  "  .venv/bin/vigil user create you@example.com --password 'choose-a-password'",
-                  f"  then sign in at http://{host}:{port}/login",
-                  "  .venv/bin/vigil token create --user you@example.com   # a runtime token for your agent"]
+    url = f"http://{host}:{port}"
+    lines = [f"Vigil is running at {url} — {mode}; database {settings.DATABASE_URL}"]
+    lines += first_run_lines(settings.SECRET_KEY, url)
     if settings.LOCAL_RUNNER:
         lines.append("Local runner on: command monitors of device 'local' (the first account's) run on this machine; "
                      "each command waits for your approval on its conversation page unless you set the device to "

@@ -1,0 +1,101 @@
+"""Runtime tokens: Settings → Tokens and GET/POST/DELETE /api/tokens. The owner's browser session only (CSRF
+checked on changes): a runtime token never lists, creates or revokes tokens. A new token is shown once; only its
+digest is stored."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from litestar import Controller, Request, Response, delete, get, post
+from litestar.exceptions import NotFoundException, PermissionDeniedException, ValidationException
+from litestar.params import Body, FromPath
+from litestar.response import Redirect, Template
+
+from app.auth import bearer_token, check_csrf, csrf_token, session_user
+from app.pages import Form
+from models import connection
+from models.accounts import AccountError, issue_token, revoke_token, token_json, user_tokens
+from models.conversations import user_conversations
+
+OWNER_ONLY = ("Only the owner, signed in to Vigil in a browser, can list, create or revoke runtime tokens; a "
+              "runtime token never can.")
+NO_SUCH_TOKEN = "No runtime token with this id on your account."
+NO_STORE = {"Cache-Control": "no-store"}
+
+
+class TokensController(Controller):
+    @get("/api/tokens", sync_to_thread=True)
+    def list_all(self, request: Request) -> Response:
+        user = _owner(request)
+        with connection():
+            return Response({"tokens": [token_json(t) for t in user_tokens(user)]}, headers=NO_STORE)
+
+    @post("/api/tokens", status_code=201, sync_to_thread=True)
+    def create(self, request: Request, data: Annotated[Any, Body()]) -> Response:
+        """A new runtime token {label?}: the answer holds the token, the only time it is shown."""
+        user = _owner(request, unsafe=True)
+        label = data.get("label") if isinstance(data, dict) else None
+        try:
+            with connection():
+                row, token = issue_token(user, "" if label is None else label)
+        except AccountError as exc:
+            raise ValidationException(f"No token was created: {exc}.") from None
+        created = token_json(row)
+        return Response({"id": row.id, "label": row.label, "token": token, "created_at": created["created_at"]},
+                        status_code=201, headers=NO_STORE)
+
+    @delete("/api/tokens/{token_id:int}", status_code=204, sync_to_thread=True)
+    def revoke(self, request: Request, token_id: FromPath[int]) -> None:
+        """Revoke it: the next call with it is 401."""
+        user = _owner(request, unsafe=True)
+        with connection():
+            if not revoke_token(user, token_id):
+                raise NotFoundException(NO_SUCH_TOKEN)
+
+    @get("/settings/tokens", sync_to_thread=True)
+    def page(self, request: Request) -> Response:
+        if bearer_token(request):
+            raise PermissionDeniedException(OWNER_ONLY)
+        user = session_user(request)
+        if user is None:
+            return Redirect("/login?next=/settings/tokens")
+        return _page(request, user)
+
+    @post("/settings/tokens", sync_to_thread=True)
+    def create_from_form(self, request: Request, data: Annotated[dict[str, str], Form]) -> Response:
+        user = _owner(request, unsafe=True, submitted=data.get("_csrf"))
+        try:
+            with connection():
+                row, token = issue_token(user, data.get("label", ""))
+        except AccountError as exc:
+            return _page(request, user, error=f"No token was created: {exc}.", status=400)
+        return _page(request, user, new={"label": row.label, "token": token})
+
+    @post("/settings/tokens/{token_id:int}/revoke", sync_to_thread=True)
+    def revoke_from_form(self, request: Request, token_id: FromPath[int],
+                         data: Annotated[dict[str, str], Form]) -> Response:
+        user = _owner(request, unsafe=True, submitted=data.get("_csrf"))
+        with connection():
+            if not revoke_token(user, token_id):
+                raise NotFoundException(NO_SUCH_TOKEN)
+        return Redirect("/settings/tokens", status_code=303)
+
+
+def _owner(request: Request, unsafe: bool = False, submitted: str | None = None):
+    """The signed-in owner (CSRF checked when `unsafe`); 403 for a runtime token, or with no session."""
+    if bearer_token(request):
+        raise PermissionDeniedException(OWNER_ONLY)
+    user = session_user(request)
+    if user is None:
+        raise PermissionDeniedException("Sign in first.")
+    if unsafe:
+        check_csrf(request, submitted)
+    return user
+
+
+def _page(request: Request, user, new: dict | None = None, error: str | None = None, status: int = 200) -> Response:
+    with connection():
+        context = {"user": user, "tokens": user_tokens(user), "conversations": user_conversations(user),
+                   "new": new, "error": error}
+    return Template("pages/tokens.html", context={**context, "csrf": csrf_token(request)}, status_code=status,
+                    headers=NO_STORE)
