@@ -13,6 +13,7 @@ from models import connection, utcnow
 from models.triggers import reveal_secret
 from tasks.runtime import current
 from models.conversations import find_conversation
+from models.describe_data import facts_for
 from models.monitors import (
     MonitorNotFound, TransitionRefused, change_status, find_monitor, monitor_json, user_monitors,
 )
@@ -93,8 +94,8 @@ class MonitorsController(Controller):
                                 status_code=409)
             publish_monitor(monitor)
             if request.headers.get("hx-request"):
-                return Response(render("partials/_monitor_row.html", monitor=monitor),
-                                media_type="text/html")
+                return Response(render("partials/_monitor_row.html", monitor=monitor,
+                                       facts=facts_for(monitor, utcnow())), media_type="text/html")
             return Response(monitor_json(monitor))
 
 

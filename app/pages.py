@@ -12,13 +12,15 @@ from litestar.params import Body, FromPath
 from litestar.response import Redirect, Template
 
 from app.auth import SESSION_CSRF, SESSION_USER, check_csrf, csrf_token, session_user
-from engine.links import public_base
+from engine.links import app_base, public_base
 from engine.signatures import example_body, example_curl
 from engine.spec import check_from_record
 from models import connection, utcnow
+from models.approvals import approval_cards as load_approval_cards
+from models.describe_data import monitor_facts
 from models.triggers import link_cards
 from tasks.runtime import current
-from models.accounts import authenticate
+from models.accounts import authenticate, has_users
 from models.conversations import user_conversations
 from models.monitors import user_monitors
 from models.tables import AWAITING, Conversation, Message
@@ -41,6 +43,14 @@ def trigger_cards(monitors) -> dict[str, dict]:
     return cards
 
 
+def approval_cards(monitors) -> dict[str, dict]:
+    """Cards of the approval monitors among `monitors`: the page link to forward, the state, the decision."""
+    settings = current().settings
+    api = public_base(settings.PUBLIC_API_BASE_URL, settings.API_URL)
+    return load_approval_cards(monitors, current().keyring, app_base(settings.PUBLIC_APP_URL, settings.SERVE_UI, api),
+                               utcnow())
+
+
 def _local_path(value: str | None) -> str | None:
     """Where to go after signing in: a path on this site only (never //host or a scheme)."""
     if not value or not value.startswith("/") or value.startswith("//") or "\\" in value or len(value) > 300:
@@ -51,10 +61,16 @@ def _local_path(value: str | None) -> str | None:
 class PagesController(Controller):
     @get("/", sync_to_thread=True)
     def home(self, request: Request) -> Redirect:
-        return Redirect("/settings/monitors" if session_user(request) else "/login")
+        if session_user(request):
+            return Redirect("/settings/monitors")
+        with connection():
+            return Redirect("/login" if has_users() else "/setup")
 
     @get("/login", sync_to_thread=True)
-    def login_form(self, request: Request) -> Template:
+    def login_form(self, request: Request) -> Response:
+        with connection():
+            if not has_users():
+                return Redirect("/setup")  # first run: there is no one to sign in yet
         return Template("pages/login.html", context={"csrf": csrf_token(request), "error": None,
                                                      "next": _local_path(request.query_params.get("next"))})
 
@@ -84,7 +100,8 @@ class PagesController(Controller):
         with connection():
             monitors = user_monitors(user)
             context = {"user": user, "monitors": monitors, "conversations": user_conversations(user),
-                       "awaiting": [m for m in monitors if m.status == AWAITING]}
+                       "awaiting": [m for m in monitors if m.status == AWAITING],
+                       "monitor_facts": monitor_facts(monitors, utcnow())}
         return Template("pages/monitors.html", context={**context, "csrf": csrf_token(request)})
 
     @get("/conversations/{conversation_id:int}", sync_to_thread=True)
@@ -101,6 +118,7 @@ class PagesController(Controller):
                        "messages": list(Message.select().where(Message.conversation == conversation)
                                         .order_by(Message.id)),
                        "monitors": monitors, "cards": trigger_cards(monitors),
+                       "approvals": approval_cards(monitors), "monitor_facts": monitor_facts(monitors, utcnow()),
                        "commands": [m for m in monitors if (m.source or {}).get("type") in ("command", "tool")],
                        "conversations": user_conversations(user)}
         return Template("pages/conversation.html", context={**context, "csrf": csrf_token(request)})

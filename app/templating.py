@@ -7,6 +7,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 
+from engine.describe import Description, describe
 from engine.durations import describe_duration
 
 TEMPLATES = Path(__file__).parent / "templates"
@@ -18,21 +19,11 @@ def _when(value: datetime | None) -> str:
     return value.replace(tzinfo=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
-def _watching(monitor) -> str:
-    source = monitor.source or {}
-    if source.get("type") == "command":
-        return f"$ {source.get('command', '')} — on {source.get('device', '')} ({source.get('mode', 'poll')})"
-    if source.get("type") in ("document", "ingest"):
-        return f"document {source.get('item_type', '')}/{source.get('item_id', '')}"
-    if source.get("type") == "time":
-        return f"the clock, until {source.get('fire_at', '')}"
-    if source.get("type") == "tool":
-        arguments = ", ".join(f"{k}={v!r}" for k, v in (source.get("arguments") or {}).items())
-        return f"tool {source.get('agent_id', '')}/{source.get('tool', '')}({arguments})"
-    where = source.get("url", "") or source.get("path", "") or ""
-    if source.get("selector"):
-        where += f" ({source['selector']})"
-    return where
+def _describe(monitor, facts=None) -> Description:
+    """The row's words for `monitor` (engine/describe.py); `facts` from models/describe_data.py, if loaded."""
+    facts = facts or None  # an undefined template variable reads as none
+    return describe(monitor.source, monitor.check, monitor.interval_seconds, condition=monitor.condition or "",
+                    hits=getattr(facts, "hits", None), approval=getattr(facts, "approval", None))
 
 
 def _is_stream(monitor) -> bool:
@@ -40,29 +31,10 @@ def _is_stream(monitor) -> bool:
     return source.get("type") == "command" and source.get("mode") == "stream"
 
 
-def _check(monitor) -> str:
-    check = monitor.check or {}
-    if _is_stream(monitor):
-        if check.get("type") == "regex":
-            return f"lines matching {check.get('pattern')}"
-        return f"lines where {check.get('expr')}" if check.get("type") == "cel" else "every line"
-    if (monitor.source or {}).get("type") == "time":
-        return "fires once at its time"
-    if (monitor.source or {}).get("type") == "ingest":
-        return "the job ends (done or failed)"
-    if check.get("type") == "cel":
-        return f"when {check.get('expr')}"
-    if check.get("type") == "threshold":
-        from engine.checks import OP_NAMES, format_number
-
-        path = f"{check['value_path']} " if check.get("value_path") else ""
-        return f"{path}{OP_NAMES.get(check['op'], check['op'])} {format_number(check['value'])}"
-    return "any change"
-
-
 env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]),
                   trim_blocks=True, lstrip_blocks=True)
-env.filters.update(when=_when, every=describe_duration, watching=_watching, check=_check)
+env.filters.update(when=_when, every=describe_duration)
+env.globals["describe"] = _describe
 env.tests["stream"] = _is_stream
 
 

@@ -176,7 +176,7 @@ def _create_approval(user: User, conversation: Conversation, spec, notes: list[s
                      now: datetime):
     """An approval monitor: only the page link to forward, never anything that decides."""
     monitor = create_event_monitor(user, conversation, spec, now)
-    token = create_request(monitor, now)
+    token = create_request(monitor, now, ctx.keyring)
     return monitor, {
         "monitor_id": monitor.id, "status": monitor.status, "approval_url": f"{ctx.app_url}/approve/{token}",
         "options": list(spec.source.options), "expires_at": iso(monitor.expires_at), "notes": notes,
