@@ -24,8 +24,8 @@ T = TypeVar("T")
 
 PUBLIC, API = "public", "api"
 #: paths whose handlers run in the public lane (prefixes)
-PUBLIC_PATHS = ("/api/triggers/", "/approve/", "/api/approvals/", "/login", "/healthz", "/ui/events",
-                "/api/events", "/api/runner/", "/static/")
+PUBLIC_PATHS = ("/api/triggers/", "/approve/", "/api/approvals/", "/login", "/healthz", "/readyz", "/metrics",
+                "/ui/events", "/api/events", "/api/runner/", "/static/")
 
 _lane: contextvars.ContextVar[str] = contextvars.ContextVar("vigil_lane", default=API)
 

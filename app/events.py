@@ -11,10 +11,13 @@ from litestar.concurrency import sync_to_thread
 from litestar.exceptions import NotAuthorizedException
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
+from adapters.metrics import counting_clients
 from app.auth import SESSION_CSRF, api_user, session_user
+from app.pages import approval_cards
 from app.templating import env, render
 from models import connection, utcnow
 from models.conversations import find_conversation, is_watching
+from models.describe_data import facts_for
 from models.devices import device_json, owned_device, user_devices
 from models.monitors import load_for_check
 from models.tables import Message
@@ -52,7 +55,7 @@ def _stream(user, translate: Callable) -> ServerSentEvent:
                 for message in await translate(name, data):
                     yield message
 
-    return ServerSentEvent(events(), headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    return ServerSentEvent(counting_clients(events()), headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
 async def _as_json(name: str, data: dict) -> list[ServerSentEventMessage]:
@@ -76,9 +79,13 @@ def _fragments(user, name: str, data: dict, csrf: str = "") -> list[tuple[str, s
             monitor = load_for_check(data["monitor_id"])
             if monitor is None:
                 return []
-            parts = [(f"monitor-{monitor.id}", render("partials/_monitor_row.html", monitor=monitor))]
+            facts = facts_for(monitor, utcnow())
+            parts = [(f"monitor-{monitor.id}", render("partials/_monitor_row.html", monitor=monitor, facts=facts))]
             if (monitor.source or {}).get("type") in ("command", "tool"):
                 parts.append((f"command-{monitor.id}", render("partials/_command_card.html", monitor=monitor)))
+            for approval in approval_cards([monitor]).values():
+                parts.append((f"approval-{monitor.id}", render("partials/_approval_card.html", monitor=monitor,
+                                                               approval=approval)))
             return parts
         if name == "conversation.updated":
             conversation.watching = is_watching(conversation.id)

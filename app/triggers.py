@@ -10,6 +10,7 @@ from litestar.concurrency import sync_to_thread
 from litestar.enums import HttpMethod
 from litestar.params import FromPath
 
+from adapters.metrics import TRIGGER_DELIVERIES
 from app.openapi import Accepted, ErrorBody, errors
 from engine.signatures import delivery_id, is_github_ping, verify
 from models import connection, utcnow
@@ -39,9 +40,15 @@ class TriggersController(Controller):
         settings = current().settings
         body = await _read_capped(request, settings.TRIGGER_MAX_PAYLOAD_BYTES)
         if body is None:
-            return _answer(413, {"detail": f"The body is over {settings.TRIGGER_MAX_PAYLOAD_BYTES} bytes."})
+            return _counted(_answer(413, {"detail": f"The body is over {settings.TRIGGER_MAX_PAYLOAD_BYTES} bytes."}))
         headers = {name.lower(): value for name, value in request.headers.items()}
-        return await sync_to_thread(_deliver, token, headers, body)
+        return _counted(await sync_to_thread(_deliver, token, headers, body))
+
+
+def _counted(answer: Response) -> Response:
+    """vigil_trigger_deliveries by the status answered (a 503 of an outage is raised, and not counted here)."""
+    TRIGGER_DELIVERIES.labels(str(answer.status_code)).inc()
+    return answer
 
 
 async def _read_capped(request: Request, cap: int) -> bytes | None:

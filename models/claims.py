@@ -44,6 +44,15 @@ def _mark_claimed(now: datetime, next_times: list[tuple[str, datetime]]) -> None
         "WHERE monitors.id = v.column1", params)
 
 
+def oldest_due(now: datetime) -> datetime | None:
+    """When the most overdue claimable monitor fell due (the scheduler's lag), or None: one read of the
+    (status, next_check_at) index, the claim's own conditions."""
+    return (Monitor.select(Monitor.next_check_at)
+            .where((Monitor.status == ACTIVE) & Monitor.polled & (Monitor.next_check_at <= now)
+                   & (Monitor.expires_at > now))
+            .order_by(Monitor.next_check_at).limit(1).scalar())
+
+
 def release(claims: list[tuple[str, int]], now: datetime) -> None:
     """Undo claims whose check could not be queued (Redis down): due again at once, and not counted.
 

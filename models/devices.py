@@ -123,6 +123,12 @@ def is_online(device: Device, now: datetime, presence: Presence) -> bool:
     return device.revoked_at is None and seen is not None and (now - seen).total_seconds() < presence.online_seconds
 
 
+def count_online(now: datetime, presence: Presence) -> int:
+    """Devices online now, as is_online counts them (for /metrics; the devices table is small)."""
+    return Device.select().where(Device.revoked_at.is_null()
+                                 & (Device.last_seen_at > now - timedelta(seconds=presence.online_seconds))).count()
+
+
 def mark_offline(now: datetime, presence: Presence) -> list[Device]:
     """Devices not seen for the offline window, now marked offline (for their owners' pages)."""
     cutoff = now - timedelta(seconds=presence.offline_seconds)

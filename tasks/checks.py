@@ -15,6 +15,7 @@ from engine.errors import ContentError
 from engine.http import FetchError
 from engine.sources import DOCUMENT_SOURCES
 from adapters.mcp_client import McpError
+from adapters.metrics import count_check
 from engine.tools import RUN_SECONDS, mcp_fingerprint, mcp_run_body, poll_tool
 from models.connections import credentials, find_connection, pick_tool
 from models.tools import ToolRefused
@@ -56,6 +57,7 @@ def check_monitors(claims: list[list]) -> None:
         outcome, recorded, full = check_one(runtime, monitor)
         if not recorded.written:
             continue
+        count_check(outcome.kind, outcome.unreachable)
         if full is None:  # quiet: the claimed copy, with what the check cleared, is enough for its event
             quiet.append(monitor)
             continue

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from adapters.metrics import count_wakes
 from models.conversations import is_watching, message_json
 from models.db import utcnow
 from models.devices import device_json
@@ -22,6 +23,7 @@ def publish_monitor(monitor, woke=None, *, status_before: str | None = None) -> 
     if woke is not None:
         events.append((monitor.user_id, "message.created", {"conversation_id": conversation, **message_json(woke)}))
         queue_pushes_of([woke])
+        count_wakes([woke])
     device_id = (monitor.source or {}).get("device_id") if (monitor.source or {}).get("type") == "command" else None
     if device_id:
         events.append(work_event(monitor.user_id, device_id))
@@ -36,6 +38,7 @@ def publish_wakes(monitor, messages: list) -> None:
     if events:
         current().bus.publish_many(events)
     queue_pushes_of(messages)
+    count_wakes(messages)
 
 
 def work_event(user_id: int, device_id: int) -> tuple[int, str, dict]:

@@ -15,6 +15,7 @@ from datetime import timedelta
 
 import dramatiq
 
+from adapters.metrics import WAKE_PUSHES
 from engine.crypto import DecryptError
 from engine.errors import FetchError
 from engine.http import FetchPolicy, Fetcher
@@ -57,6 +58,7 @@ def send(push_id: int) -> None:
     status, answer, latency_ms, retry_after = _post(claimed)
     now = utcnow()
     verdict = judge_answer(status, retry_after, claimed.attempts + 1, claimed.endpoint.failing_since, now)
+    WAKE_PUSHES.labels(verdict.kind).inc()
     if record_attempt(claimed, status, answer, latency_ms, verdict, now) and verdict.kind != DELIVERED:
         log.info("wake push %s to endpoint %s: attempt %d %s (%s)", push_id, claimed.endpoint.id,
                  claimed.attempts + 1, verdict.kind, answer)

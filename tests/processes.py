@@ -41,7 +41,7 @@ def wait_healthy(base: str, process: subprocess.Popen, log: Path, timeout: float
         if process.poll() is not None:
             raise AssertionError(f"the server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
         try:
-            if requests.get(f"{base}/healthz", timeout=1).ok:
+            if requests.get(f"{base}/readyz", timeout=1).ok:
                 return
         except requests.ConnectionError:
             time.sleep(0.2)

@@ -30,6 +30,10 @@ def main(argv: list[str] | None = None) -> int:
     from adapters.logs import setup_logging
 
     setup_logging(settings.LOG_LEVEL)
+    if args.run in (_serve, _web, _worker, _scheduler):  # before anything imports prometheus_client
+        from adapters.metrics_dir import prepare
+
+        prepare(settings)
     return args.run(settings, args) or 0
 
 

@@ -129,7 +129,7 @@ def test_slow_first_checks_leave_every_other_path_answering(web, source, postgre
         wait_for(lambda: SlowSource.in_flight.get("*", 0) == TOTAL)
         # the storm is on: every create slot of the process is taken by a source that won't answer
         assert requests.get(f"{base}/login", timeout=5).status_code == 200
-        assert requests.get(f"{base}/healthz", timeout=5).status_code == 200
+        assert requests.get(f"{base}/readyz", timeout=5).status_code == 200
         assert requests.get(approval.replace("http://127.0.0.1:8000", base), timeout=5).status_code == 200
         assert requests.post(hook.replace("http://127.0.0.1:8000", base), json={"n": 1}, timeout=5).status_code == 202
         listed = requests.get(f"{base}/api/monitors", headers={"Authorization": f"Bearer {owner_token}"}, timeout=5)

@@ -1,6 +1,6 @@
 """Web, worker and scheduler reconnect by themselves: PostgreSQL and then Redis are stopped and started again
 under a running stack, and afterwards a new delivery and a new page change each wake their conversation, with
-no process restarted. While a server is down, /healthz and the trigger link say so with a 503 to retry."""
+no process restarted. While a server is down, /readyz and the trigger link say so with a 503 to retry."""
 
 from __future__ import annotations
 
@@ -49,33 +49,34 @@ def test_web_worker_and_scheduler_reconnect_after_postgres_and_redis_restarts(st
     def deliver(fact: str) -> requests.Response:
         return requests.post(hook["url"], json={"fact": fact}, headers={"Idempotency-Key": fact}, timeout=30)
 
-    assert requests.get(f"{stack.base}/healthz", timeout=10).json() == {"ok": True, "database": "ok", "redis": "ok"}
+    assert requests.get(f"{stack.base}/readyz", timeout=10).json() == {"ok": True, "database": "ok", "redis": "ok"}
     _eventually(lambda: stack.query("SELECT check_count FROM monitors WHERE id = %s", (page["monitor_id"],))[0][0] >= 2,
                 "the scheduler and worker are checking the page", stack)
 
     pg.stop()
     try:
-        health = requests.get(f"{stack.base}/healthz", timeout=30)
+        health = requests.get(f"{stack.base}/readyz", timeout=30)
         assert health.status_code == 503 and health.json()["database"].startswith("unreachable")
+        assert requests.get(f"{stack.base}/healthz", timeout=10).status_code == 200, "the process still serves"
         refused = deliver("while-postgres-is-down")
         assert refused.status_code == 503 and refused.headers["Retry-After"] and refused.json()["detail"]
         time.sleep(2)  # the worker and scheduler meet the outage too
     finally:
         pg.start()
-    _eventually(lambda: requests.get(f"{stack.base}/healthz", timeout=10).status_code == 200,
-                "/healthz is 200 again after PostgreSQL came back", stack)
+    _eventually(lambda: requests.get(f"{stack.base}/readyz", timeout=10).status_code == 200,
+                "/readyz is 200 again after PostgreSQL came back", stack)
 
     rds.stop()
     try:
-        health = requests.get(f"{stack.base}/healthz", timeout=30)
+        health = requests.get(f"{stack.base}/readyz", timeout=30)
         assert health.status_code == 503 and health.json()["redis"].startswith("unreachable")
         # Stored in PostgreSQL, so accepted; it can't be queued, so the sweep queues it once Redis is back.
         assert deliver("while-redis-is-down").status_code == 202
         time.sleep(2)
     finally:
         rds.start()
-    _eventually(lambda: requests.get(f"{stack.base}/healthz", timeout=10).status_code == 200,
-                "/healthz is 200 again after Redis came back", stack)
+    _eventually(lambda: requests.get(f"{stack.base}/readyz", timeout=10).status_code == 200,
+                "/readyz is 200 again after Redis came back", stack)
 
     assert deliver("after-both-came-back").status_code == 202
     pages.set("/reconnect", "<p>build finished</p>")
