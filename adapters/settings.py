@@ -126,6 +126,9 @@ class Settings:
     """Highest max_hits a trigger link may ask for (default 1000 hits); more is capped with a note. Default 10000."""
     DELIVERY_SWEEP_SECONDS: int = 30
     """A stored delivery still unprocessed after this long is queued again by the scheduler. Default 30."""
+    MONITOR_EVENTS_KEPT: int = 200
+    """Events kept per monitor for its page (changes, fires, errors, decisions; quiet checks are counted, not
+    stored). Default 200."""
     WAKE_PUSH_LEASE_SECONDS: int = 60
     """A wake push being sent is held this long; one whose worker died is sent again after it (at least 20, above
     the 15 s push timeout). Default 60."""
@@ -172,6 +175,14 @@ class Settings:
     """vigil serve also runs a runner in-process, paired as device "local" of the first account. Default false."""
     SESSION_COOKIE_SECURE: bool = False
     """Send the session cookie over HTTPS only; turn on behind TLS. Default false."""
+    SETUP_TRUST_LOOPBACK: bool = True
+    """While there is no account, /setup lets a browser on this machine create it without the setup code (a
+    request from 127.0.0.1 or ::1 that carries no proxy header). Default true."""
+    METRICS_TOKEN: str = ""
+    """When set, GET /metrics needs Authorization: Bearer <it>; empty leaves /metrics open. Default empty."""
+    METRICS_DIR: str = ""
+    """Where this machine's processes keep their metrics files (PROMETHEUS_MULTIPROC_DIR). Default
+    $VIGIL_DATA_DIR/metrics."""
     LOG_LEVEL: str = "INFO"
     """Python logging level. Default INFO."""
 
@@ -195,7 +206,7 @@ class Settings:
             changes["SECRET_KEY"] = _stored_secret(data_dir)
         if self.MONITOR_MIN_INTERVAL_SECONDS < 1:
             raise SettingsError("MONITOR_MIN_INTERVAL_SECONDS must be at least 1")
-        for name in ("CREATE_CONCURRENCY", "CREATE_CONCURRENCY_PER_ACCOUNT", "API_RATE_PER_MINUTE",
+        for name in ("MONITOR_EVENTS_KEPT", "CREATE_CONCURRENCY", "CREATE_CONCURRENCY_PER_ACCOUNT", "API_RATE_PER_MINUTE",
                      "API_MAX_BODY_BYTES", "WEB_THREADS", "WEB_PUBLIC_THREADS", "DATABASE_MAX_CONNECTIONS"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{name} must be at least 1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from litestar import Litestar, Request, Response, asgi, get
+from litestar import Litestar, Request, Response, asgi
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.middleware.session.client_side import CookieBackendConfig
 from litestar.plugins.jinja import JinjaTemplateEngine
@@ -25,44 +25,22 @@ from app.documents import DocumentsController
 from app.runner import RunnerController
 from app.events import EventsController
 from app.models_page import ModelsController
+from app.monitor_page import MonitorPageController
 from app.monitors_api import MonitorsController
+from app.operations import healthz, metrics, readyz
 from app.pages import PagesController
+from app.first_run import FirstRunController
+from app.tokens import TokensController
 from app.templating import env
 from engine.checks.cel import stop_helper
 from app.tool import ToolController
 from app.tools import ToolsController
 from app.triggers import TriggersController
 from app.wake_endpoints import WakeEndpointsController
-from models import connection, database
-from tasks.broker import UNAVAILABLE
 from tasks.deliveries import relay
-from tasks.runtime import current
-from adapters.logs import first_line
 from adapters.settings import Settings
 
 STATIC = Path(__file__).parent / "static"
-
-
-@get("/healthz", sync_to_thread=True)
-def healthz() -> Response:
-    """200 while this web process reaches its database and (in production) Redis; 503 saying which it can't."""
-    parts = {"database": _reachable(_ping_database), "redis": _reachable(current().bus.ping)}
-    ok = all(state == "ok" for state in parts.values())
-    return Response({"ok": ok, **parts}, status_code=200 if ok else 503,
-                    headers={"Cache-Control": "no-store", **({} if ok else {"Retry-After": "5"})})
-
-
-def _ping_database() -> None:
-    with connection():
-        database.execute_sql("SELECT 1")
-
-
-def _reachable(ping) -> str:
-    try:
-        ping()
-    except UNAVAILABLE as exc:
-        return f"unreachable: {first_line(exc)}"
-    return "ok"
 
 
 def _hand_over_deliveries() -> None:
@@ -92,12 +70,14 @@ def create_app(settings: Settings) -> Litestar:
     session = CookieBackendConfig(secret=hashlib.sha256(f"session:{settings.SECRET_KEY}".encode()).digest(),
                                   key="vigil_session", httponly=True, samesite="lax",
                                   secure=settings.SESSION_COOKIE_SECURE,
-                                  exclude=["^/api/triggers/", "^/api/tool/", "^/healthz", "^/api/runner/", "^/mcp"])
+                                  exclude=["^/api/triggers/", "^/api/tool/", "^/healthz", "^/readyz", "^/metrics",
+                                           "^/api/runner/", "^/mcp"])
     return Litestar(
-        route_handlers=[ToolController, ConversationsController, MonitorsController, EventsController,
-                        PagesController, ModelsController, TriggersController, ApprovalsController, healthz,
+        route_handlers=[ToolController, ConversationsController, MonitorsController, MonitorPageController, EventsController,
+                        PagesController, ModelsController, TriggersController, ApprovalsController, healthz, readyz, metrics,
                         DevicesController, RunnerController, DocumentsController, ActionsController, ToolsController,
-                        ConnectionsController, WakeEndpointsController, WakesController, mcp,
+                        ConnectionsController, WakeEndpointsController, WakesController, FirstRunController,
+                        TokensController, mcp,
                         create_static_files_router(path="/static", directories=[STATIC])],
         middleware=[lanes_middleware, session.middleware],
         exception_handlers={**unavailable.HANDLERS, RequestEntityTooLarge: _too_large(settings.API_MAX_BODY_BYTES)},

@@ -174,8 +174,10 @@ class Stats(Db):
                 "tables": {name: {"ins": i, "upd": u, "del": d, "hot": h} for name, i, u, d, h in rows}}
 
     def counts(self) -> dict:
-        tables = ("monitor_runs", "wakes", "messages")
+        tables = ("wakes", "messages", "wake_pushes", "wake_attempts")
         found = {t: self.query(f"SELECT count(*) FROM {t}")[0][0] for t in tables}
+        # every monitor's first check is an event of its own, written at create; any other is a check that wasn't quiet
+        found["monitor_runs"] = self.query("SELECT count(*) FROM monitor_runs WHERE kind NOT IN ('baseline', 'armed')")[0][0]
         found["check_count min/max"] = self.query("SELECT min(check_count), max(check_count) FROM monitors")[0]
         found["monitors not quiet"] = self.query(
             "SELECT count(*) FROM monitors WHERE failure_count <> 0 OR last_error <> '' OR status <> 'active' "
@@ -378,7 +380,7 @@ def report(args, header: list[str], a: Measure, b: Measure, v: Measure, versions
     for label, value, goal, met in goals:
         lines.append(f"| {label} | {fmt(value, 3)} | {goal} | {'—' if met is None else 'yes' if met else 'NO'} |")
     written = v.extra["written"]
-    quiet_keys = ("monitor_runs", "wakes", "messages", "monitors not quiet")
+    quiet_keys = ("monitor_runs", "wakes", "messages", "wake_pushes", "wake_attempts", "monitors not quiet")
     lines += ["", "Details:", "",
               f"- monitors table: {monitors.get('upd', 0) / checks:.3f} row updates/check "
               f"({monitors.get('hot', 0) / checks:.3f} HOT), inserts {monitors.get('ins', 0)}, deletes {monitors.get('del', 0)}; "
@@ -391,7 +393,8 @@ def report(args, header: list[str], a: Measure, b: Measure, v: Measure, versions
               "no duplicate or stale message" + ("" if v.extra["claims"] == checks else "; WARNING: not 1") + ")",
               f"- Redis commands per check: {redis_calls / checks:.2f} (server-wide commandstats; top: {top_redis})",
               f"- written by the quiet rounds: MonitorRun rows {written['monitor_runs']}, wakes {written['wakes']}, "
-              f"messages {written['messages']}, monitors with an error/fire/non-active status "
+              f"messages {written['messages']}, wake pushes {written['wake_pushes']} and attempts "
+              f"{written['wake_attempts']}, monitors with an error/fire/non-active status "
               f"{written['monitors not quiet']} (all must be 0): "
               f"{'OK, every check was quiet' if not any(written[k] for k in quiet_keys) else 'WARNING: NOT ALL CHECKS WERE QUIET'}",
               "- check_count per monitor now min {} / max {} (1 baseline + 1 warm-up + {} rounds = {} each)".format(

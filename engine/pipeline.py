@@ -42,6 +42,8 @@ class Outcome:
     unreachable: bool = False
     #: the normalized text, for the judge, when the content changed
     text: str = ""
+    #: what the judge said of a match: {"match", "summary", "tokens", "model"} (the monitor page shows it)
+    judged: dict | None = None
 
 
 def run_check(io: SourceIO | Fetcher, source: SourceSpec, check: CheckSpec, prior: Prior,

@@ -21,6 +21,7 @@ from engine.wake import misfit_text
 from models.compiled import Compiled
 from models.db import database
 from models.judging import JudgePolicy, judge_match
+from models.events import record_event
 from models.results import Lifecycle, Recorded, pause_and_tell, record_check, record_judge_failure, write_wake
 from models.tables import ACTIVE, Conversation, Delivery, Monitor, TriggerLink
 
@@ -136,6 +137,7 @@ def _misfit(delivery: Delivery, monitor: Monitor, problem: str, now: datetime) -
     """A call without what the check reads: the agent hears it once; later ones stay silent."""
     with database.atomic():
         _mark(delivery, now, "misfit")
+        record_event(monitor, "misfit", problem, now, {"reason": f"A delivery did not fit the check: {problem}"})
         woke = write_wake(monitor, "trigger", "misfit", misfit_text(monitor.description, problem), {})
     return Processed(monitor, woke)
 

@@ -7,6 +7,7 @@ from datetime import datetime
 
 import requests
 
+from adapters.metrics import count_judge_call
 from engine.checks import Verdict
 from engine.crypto import DecryptError, Keyring
 from engine.judge import JudgeError, JudgeModel, judge
@@ -58,20 +59,24 @@ def judge_match(monitor: Monitor, outcome: Outcome, session: requests.Session, p
         verdict = judge(session, model, monitor.description, monitor.condition, outcome.text)
     except JudgeError as exc:
         spent = _record_usage(monitor, model, exc.prompt_tokens, exc.completion_tokens, now)
+        count_judge_call("refused" if exc.refused else "error", exc.prompt_tokens, exc.completion_tokens)
         if exc.refused or monitor.judge_failures + 1 >= policy.failures_limit:
             return JudgeStep(outcome, unchecked=True, over_budget=spent > policy.token_budget)
         return JudgeStep(outcome, failure=exc.message, over_budget=spent > policy.token_budget)
     spent = _record_usage(monitor, model, verdict.prompt_tokens, verdict.completion_tokens, now)
-    return JudgeStep(_judged(outcome, verdict.match, verdict.summary, verdict.key),
+    count_judge_call("match" if verdict.match else "no_match", verdict.prompt_tokens, verdict.completion_tokens)
+    said = {"match": verdict.match, "summary": verdict.summary, "model": model.name,
+            "tokens": verdict.prompt_tokens + verdict.completion_tokens}
+    return JudgeStep(_judged(outcome, verdict.match, verdict.summary, verdict.key, said),
                      over_budget=spent > policy.token_budget)
 
 
-def _judged(outcome: Outcome, match: bool, summary: str, key: str | None) -> Outcome:
+def _judged(outcome: Outcome, match: bool, summary: str, key: str | None, said: dict) -> Outcome:
     found = f"{summary}\n{outcome.verdict.found}".strip()
     fact = key or outcome.verdict.fact
     verdict = Verdict(fired=match, summary=outcome.verdict.summary, found=found if match else "",
                       fact=fact, state=outcome.verdict.state)
-    return replace(outcome, kind=FIRED if match else CHANGED, verdict=verdict)
+    return replace(outcome, kind=FIRED if match else CHANGED, verdict=verdict, judged=said)
 
 
 def _record_usage(monitor: Monitor, model: JudgeModel, prompt: int, completion: int, now: datetime) -> int:

@@ -13,6 +13,7 @@ from models.claims import Claimed
 from models.compiled import Compiled
 from models.db import database, iso, utcnow
 from models.documents import watch_key
+from models.events import record_event
 from models.results import write_wake
 from models.runs import stop_runs
 from models.triggers import revoke
@@ -65,13 +66,18 @@ def create_event_monitor(user: User, conversation: Conversation, spec: MonitorSp
 
 def _create(user: User, conversation: Conversation, spec: MonitorSpec, now: datetime, **fields) -> Monitor:
     record = spec_to_record(spec)
-    return Monitor.create(
+    monitor = Monitor.create(
         id=uuid.uuid4().hex, user=user, conversation=conversation, description=spec.description,
         source=record["source"], check=record["check"], on_match=spec.on_match,
         interval_seconds=spec.interval_seconds, max_wakes=spec.max_wakes, status=ACTIVE,
         expires_at=now + timedelta(seconds=spec.ttl_seconds), condition=spec.condition,
         judge_model=spec.judge_model, note=spec.note, parent_message_id=spec.parent_message_id, depth=spec.depth,
         created_at=now, updated_at=now, **fields)
+    if monitor.baseline:  # a polled monitor's first check, at create
+        record_event(monitor, "baseline", monitor.baseline, now, {"reason": f"The first check: {monitor.baseline}."})
+    else:
+        record_event(monitor, "armed", "", now, {"reason": "Armed; it waits for its first event."})
+    return monitor
 
 
 _FOR_CHECK = Compiled(lambda monitor_id: Monitor.select(Monitor, Conversation.id, Conversation.external_id)
@@ -98,6 +104,8 @@ def change_status(user: User, monitor_id: str, action: str) -> Monitor:
     updated = Monitor.update(fields).where((Monitor.id == monitor.id) & (Monitor.status == monitor.status)).execute()
     if updated != 1:
         raise TransitionRefused("the monitor changed meanwhile; try again")
+    record_event(monitor, _past(action), "", utcnow(), {"reason": f"{_past(action).capitalize()} by a call to the API "
+                                                                 "or from Settings → Monitors."})
     if action == "cancel":
         revoke(monitor.id, utcnow())
     if action in ("pause", "cancel"):
@@ -128,6 +136,7 @@ def expire_due(now: datetime, limit: int = 500) -> list[tuple[Monitor, object]]:
                        .where((Monitor.id == monitor.id) & (Monitor.status == monitor.status)).execute())
             if changed:
                 stop_runs(monitor.id)
+                record_event(monitor, "expired", "", now, {"reason": "It reached its expiry time."})
             if changed and monitor.fire_count == 0:
                 message = write_wake(monitor, "monitor_expired", "expired", expired_text(monitor.description), {})
         if changed:

@@ -9,12 +9,14 @@ from peewee import fn
 
 from engine.pipeline import ERROR, FIRED, QUIET, Outcome
 from engine.sources import DOCUMENT_SOURCES, ERROR_PATH_SOURCES
+from engine.explain import change_data
 from engine.wake import ended_text, paused_text, time_text, wake_text
 from models.compiled import Compiled, with_id
 from models.conversations import append_message
 from models.db import database, iso, utcnow
 from models.runs import stop_runs
-from models.tables import ACTIVE, DONE, ERROR, PAUSED, Monitor, MonitorRun, Wake
+from models.events import record_event
+from models.tables import ACTIVE, DONE, ERROR, PAUSED, Monitor, Wake
 from models.wake_endpoints import queue_pushes
 
 #: a field's new value in _claimed_update: one more than it was
@@ -74,7 +76,7 @@ def _record_error(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datet
             return pause_and_tell(monitor, claim_seq, f"The source has been unreachable since {iso(since)} "
                                   f"({outcome.error.rstrip('.')}).", now)
         fields = {Monitor.unreachable_since: since, Monitor.last_error: outcome.error, Monitor.updated_at: now}
-        return Recorded(_claimed_update(monitor, claim_seq, fields))
+        return _store_run(monitor, claim_seq, fields, "unreachable", outcome.error, now)
     if monitor.failure_count + 1 >= life.autopause_failures and (monitor.source or {}).get("type") in ERROR_PATH_SOURCES:
         what = "Its poll failed" if monitor.source.get("type") == "tool" else "Its condition failed to evaluate"
         return end_in_error(monitor, claim_seq, f"{what} {monitor.failure_count + 1} times in a row; last: "
@@ -86,7 +88,7 @@ def _record_error(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datet
               Monitor.unreachable_since: None, Monitor.updated_at: now}
     if (monitor.source or {}).get("type") in DOCUMENT_SOURCES and outcome.raw_hash:
         fields[Monitor.raw_hash] = outcome.raw_hash  # the version that failed: a sweep doesn't count it again
-    return _store_run(monitor, claim_seq, fields, ERROR, outcome.error)
+    return _store_run(monitor, claim_seq, fields, ERROR, outcome.error, now)
 
 
 def _record_change(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datetime, life: Lifecycle,
@@ -107,7 +109,9 @@ def _record_change(monitor: Monitor, claim_seq: int, outcome: Outcome, now: date
                        Monitor.judge_failures: 0})
         if last:
             fields[Monitor.status] = DONE
-    recorded = _store_run(monitor, claim_seq, fields, outcome.kind, verdict.found or verdict.summary)
+    data = change_data(monitor.check or {}, verdict.summary, verdict.found, monitor.check_state, verdict.state,
+                       outcome.judged)  # before the update: it gives the monitor its new state
+    recorded = _store_run(monitor, claim_seq, fields, outcome.kind, verdict.found or verdict.summary, now, data)
     if not (recorded.written and fired):
         return recorded
     key = f"{monitor.check['type']}:{fire_number}:{verdict.fact}"
@@ -129,7 +133,8 @@ def fire_time_watch(monitor: Monitor, claim_seq: int, fire_at: datetime, now: da
     with database.transaction():
         if not _claimed_update(monitor, claim_seq, fields):
             return Recorded(False)
-        _NEW_RUN.rowcount(monitor.id, "fired", f"{late:.1f} s late", utcnow())
+        record_event(monitor, "fired", f"{late:.1f} s late", now,
+                     {"reason": f"Its time came ({iso(fire_at)}); it fired {late:.1f} s after it."})
         text = time_text(monitor.description, iso(fire_at), late, monitor.on_match)
         return Recorded(True, write_wake(monitor, "time", "time:fired", text, {"fire_at": iso(fire_at),
                                                                              "late_seconds": round(late, 1)}))
@@ -149,7 +154,7 @@ def pause_and_tell(monitor: Monitor, claim_seq: int, reason: str, now: datetime,
         return Recorded(False)
     if (monitor.source or {}).get("type") == "command":
         stop_runs(monitor.id)
-    _NEW_RUN.rowcount(monitor.id, "paused", reason[:4000], utcnow())
+    record_event(monitor, "paused", reason, now, {"reason": reason, "by_check": True})
     text = paused_text(monitor.description, reason)
     return Recorded(True, write_wake(monitor, "monitor_paused", f"paused:{claim_seq}", text, {"reason": reason}),
                     paused=True)
@@ -161,7 +166,7 @@ def end_in_error(monitor: Monitor, claim_seq: int, reason: str, now: datetime) -
     if not _claimed_update(monitor, claim_seq, fields):
         return Recorded(False)
     stop_runs(monitor.id)
-    _NEW_RUN.rowcount(monitor.id, "error", reason[:4000], utcnow())
+    record_event(monitor, "ended", reason, now, {"reason": reason, "by_check": True})
     text = ended_text(monitor.description, reason)
     return Recorded(True, write_wake(monitor, "monitor_error", "error", text, {"reason": reason}), paused=True)
 
@@ -176,7 +181,7 @@ def end_any_in_error(monitor: Monitor, reason: str, now: datetime):
         return False
     monitor.status = ERROR
     stop_runs(monitor.id)
-    _NEW_RUN.rowcount(monitor.id, "error", reason[:4000], utcnow())
+    record_event(monitor, "ended", reason, now, {"reason": reason})
     return write_wake(monitor, "monitor_error", "error", ended_text(monitor.description, reason), {"reason": reason})
 
 
@@ -216,13 +221,15 @@ def wakes_in_last_hour(monitor_id: str, now: datetime) -> int:
 def record_judge_failure(monitor: Monitor, claim_seq: int, error: str, now: datetime) -> Recorded:
     """A failed judge call on a match: nothing is stored as seen, so the next check judges it again."""
     fields = {Monitor.judge_failures: ONE_MORE, Monitor.last_error: error, Monitor.updated_at: now}
-    return _store_run(monitor, claim_seq, fields, "judge_failed", error)
+    return _store_run(monitor, claim_seq, fields, "judge_failed", error, now, {"reason": error})
 
 
-def _store_run(monitor: Monitor, claim_seq: int, fields: dict, kind: str, detail: str) -> Recorded:
+def _store_run(monitor: Monitor, claim_seq: int, fields: dict, kind: str, detail: str, now: datetime,
+               data: dict | None = None) -> Recorded:
+    """The claimed update and the event for the monitor's page, together (never for a quiet check)."""
     if not _claimed_update(monitor, claim_seq, fields):
         return Recorded(False)
-    _NEW_RUN.rowcount(monitor.id, kind, detail[:4000], utcnow())
+    record_event(monitor, kind, detail, now, data or {"reason": detail})
     return Recorded(True)
 
 
@@ -255,9 +262,6 @@ def _update_sql(columns: tuple[tuple[str, bool], ...]) -> str:
     return f'UPDATE "monitors" SET {sets} WHERE "id" = {p} AND "claim_seq" = {p} AND "status" = {p}'
 
 
-_NEW_RUN = Compiled(lambda monitor_id, kind, detail, created_at: MonitorRun.insert({
-    MonitorRun.monitor: monitor_id, MonitorRun.kind: kind, MonitorRun.detail: detail,
-    MonitorRun.created_at: created_at}))
 _NEW_WAKE = Compiled(lambda monitor_id, dedupe_key, created_at: with_id(Wake.insert({
     Wake.monitor: monitor_id, Wake.dedupe_key: dedupe_key, Wake.created_at: created_at}).on_conflict_ignore()))
 _LINK_MESSAGE = Compiled(lambda message_id, wake_id: Wake.update({Wake.message: message_id}).where(Wake.id == wake_id))

@@ -120,11 +120,16 @@ class Monitor(BaseModel):
 
 
 class MonitorRun(BaseModel):
-    """A check that found something: a change, a match or an error. Quiet checks write none."""
+    """An event of a monitor's history: a check that found something (a change, a match, an error, a skip), a
+    decision, a pause. Quiet checks write none: they are counted from `check_count` (the monitor's counter when
+    the event was written). The newest MONITOR_EVENTS_KEPT of each monitor are kept."""
     monitor = peewee.ForeignKeyField(Monitor, backref="runs", on_delete="CASCADE")
     kind = peewee.CharField(max_length=20)
     detail = peewee.TextField(default="")
     created_at = peewee.DateTimeField(default=utcnow)
+    check_count = peewee.IntegerField(default=0)
+    #: engine/explain.change_data: what it read, before → after, the reasoning, the judge's verdict
+    data = JSONField(null=True)
 
     class Meta:
         table_name = "monitor_runs"
@@ -219,6 +224,8 @@ class ApprovalRequest(BaseModel):
     """The request behind a /approve/<token> page; the first decision is the only one."""
     monitor = peewee.ForeignKeyField(Monitor, unique=True, backref="approvals", on_delete="CASCADE")
     token_digest = peewee.CharField(max_length=64, unique=True)
+    #: for the owner's approval card (m0017); "" for a request made before it. Requests are found by the digest
+    token_encrypted = peewee.TextField(default="")
     decision = peewee.CharField(max_length=60, null=True)
     comment = peewee.TextField(default="")
     decided_at = peewee.DateTimeField(null=True)

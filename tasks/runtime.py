@@ -12,6 +12,7 @@ from engine.http import FetchPolicy, Fetcher
 from engine.judge import JudgeModel
 from engine.sources import SourceIO, SourcePolicy
 from models.devices import Presence
+from models.events import keep_events
 from models.judging import DEFAULT_MODEL, JudgePolicy
 from models.results import Lifecycle
 from adapters.events import LocalBus, RedisBus, make_bus
@@ -73,6 +74,7 @@ _current: Runtime | None = None
 
 def configure(settings: Settings, bus: LocalBus | RedisBus | None = None) -> Runtime:
     global _current
+    keep_events(settings.MONITOR_EVENTS_KEPT)
     _current = Runtime(settings, bus or make_bus(settings.REDIS_URL, settings.DATABASE_URL))
     return _current
 

@@ -56,8 +56,10 @@ def monitor(monitor_id: str) -> Monitor:
 
 
 def runs(monitor_id: str) -> int:
+    """The events the checks after the first wrote (the first check's baseline is an event of its own)."""
     with db():
-        return MonitorRun.select().where(MonitorRun.monitor == monitor_id).count()
+        return MonitorRun.select().where((MonitorRun.monitor == monitor_id)
+                                         & MonitorRun.kind.not_in(["baseline", "armed"])).count()
 
 
 # --- feed --------------------------------------------------------------------------------------------------------------

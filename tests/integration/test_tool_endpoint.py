@@ -37,7 +37,8 @@ def test_create_returns_baseline_and_schedule(client, owner, pages):
         monitor = Monitor.get_by_id(result["monitor_id"])
         assert monitor.interval_seconds == 1200
         assert monitor.conversation.external_id == "conv-1" and monitor.user_id == owner[0].id
-        assert MonitorRun.select().count() == 0
+        [run] = MonitorRun.select()
+        assert run.kind == "baseline" and run.detail == "currently 95.10" and run.check_count == 1
 
 
 def test_create_clamps_with_notes(client, owner, pages, reconfigure):

@@ -1,0 +1,74 @@
+"""/monitors/{id}, the monitor's evidence: what it watches, its counters, and a timeline of what its checks found
+(quiet checks folded into counted spans), with the answer to "why didn't it fire?"; and the same as JSON,
+GET /api/monitors/{id}/events?before=&limit=. The owner's session, or a runtime token for the JSON."""
+
+from __future__ import annotations
+
+from litestar import Controller, Request, Response, get
+from litestar.exceptions import NotFoundException, ValidationException
+from litestar.params import FromPath, FromQuery
+from litestar.response import Redirect, Template
+
+from app.auth import api_user, csrf_token, session_user
+from app.openapi import errors
+from app.templating import render
+from models import connection
+from models.conversations import user_conversations
+from models.events import history, item_json
+from models.monitors import find_monitor, monitor_json
+
+MAX_LIMIT = 200
+NO_STORE = {"Cache-Control": "no-store"}
+
+
+class MonitorPageController(Controller):
+    @get("/api/monitors/{monitor_id:str}/events", sync_to_thread=True, responses=errors(400, 401, 404))
+    def events(self, request: Request, monitor_id: FromPath[str], before: FromQuery[str | None] = None,
+               limit: FromQuery[int] = 50) -> Response:
+        """The timeline, newest first, a page at a time: pass `next_before` as `before` for the next."""
+        if not 1 <= limit <= MAX_LIMIT:
+            raise ValidationException(f"limit must be between 1 and {MAX_LIMIT}.")
+        if before is not None and not (before.isdigit() and len(before) <= 18):
+            raise ValidationException("before must be a next_before this endpoint returned.")
+        user, _ = api_user(request)
+        with connection():
+            monitor = find_monitor(user, monitor_id)
+            if monitor is None:
+                raise NotFoundException("No such monitor.")
+            page = history(monitor, int(before) if before else None, limit)
+        return Response({"monitor_id": monitor_id, "items": [item_json(i) for i in page["items"]],
+                         "why_not": page["why_not"], "next_before": page["next_before"]}, headers=NO_STORE)
+
+    @get("/monitors/{monitor_id:str}", sync_to_thread=True)
+    def page(self, request: Request, monitor_id: FromPath[str]) -> Response:
+        user = session_user(request)
+        if user is None:
+            return Redirect(f"/login?next=/monitors/{monitor_id}")
+        with connection():
+            monitor = find_monitor(user, monitor_id)
+            if monitor is None:
+                raise NotFoundException("No such monitor on your account.")
+            context = {"user": user, "conversations": user_conversations(user), **evidence(monitor)}
+        return Template("pages/monitor.html", context={**context, "csrf": csrf_token(request)}, headers=NO_STORE)
+
+
+    @get("/monitors/{monitor_id:str}/evidence", sync_to_thread=True)
+    def evidence_partial(self, request: Request, monitor_id: FromPath[str]) -> Response:
+        """The evidence section alone: the page fetches it when the monitor's event arrives on its stream."""
+        user = session_user(request)
+        if user is None:
+            raise NotFoundException("Sign in first.")
+        with connection():
+            monitor = find_monitor(user, monitor_id)
+            if monitor is None:
+                raise NotFoundException("No such monitor on your account.")
+            html = render("partials/_monitor_evidence.html", **evidence(monitor))
+        return Response(html, media_type="text/html", headers=NO_STORE)
+
+
+def evidence(monitor) -> dict:
+    """What the evidence partial renders: the monitor, its JSON, the timeline's first page."""
+    timeline = history(monitor, None, 100)
+    last_event_at = next((item["at"] for item in timeline["items"]
+                          if item["kind"] not in ("quiet", "baseline", "armed")), None)
+    return {"monitor": monitor, "info": monitor_json(monitor), "timeline": timeline, "last_event_at": last_event_at}

@@ -1,0 +1,100 @@
+"""What a monitor's checks found, in words: the evidence an owner reads on the monitor page.
+
+Pure: each function takes the check as stored, what a check found, and the time, and returns text or plain data.
+Quiet checks leave no rows; they are counted from the check counter each stored event keeps, so the timeline
+folds them into spans ("312 quiet checks, 09:00–14:10") with nothing written on a quiet check.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from engine.checks.base import format_number
+from engine.checks.change import describe_change
+from engine.checks.threshold import OP_NAMES
+
+#: the event kinds that are a check of the source (they count in check_count), as against decisions and notices
+CHECK_KINDS = frozenset({"baseline", "changed", "fired", "error", "unreachable", "judge_failed"})
+#: the most text of a before or after kept in an event
+MAX_SIDE_CHARS = 2000
+
+
+def change_data(check: dict, summary: str, found: str, before: dict | None, after: dict | None,
+                judged: dict | None = None) -> dict:
+    """An event's data for a change or a fire: what it read, before → after, the check's reasoning, the judge's
+    verdict. `before`/`after` are the check's stored states either side of the check."""
+    data = {"summary": summary[:MAX_SIDE_CHARS]}
+    if found:
+        data["found"] = found[:MAX_SIDE_CHARS]
+    before, after = before or {}, after or {}
+    if isinstance(after.get("value"), (int, float)):  # a number: before → after
+        was = before.get("value")
+        data["before"] = format_number(was) if isinstance(was, (int, float)) else "—"
+        data["after"] = format_number(after["value"])
+    elif isinstance(after.get("text"), str) and isinstance(before.get("text"), str):  # text: what came and went
+        data["diff"] = describe_change(before["text"], after["text"], MAX_SIDE_CHARS)
+    if judged:
+        data["judge"] = judged
+    data["reason"] = reason(check, found, before, after, judged)
+    return data
+
+
+def reason(check: dict, found: str, before: dict, after: dict, judged: dict | None = None) -> str:
+    """One sentence: why this check fired, or why it did not."""
+    if judged is not None:
+        said = judged.get("summary") or "no reason given"
+        return (f"The check matched and the judge agreed: {said}" if judged.get("match")
+                else f"The check matched, but the judge said no: {said}")
+    if found:
+        return found.splitlines()[0] if check.get("type") == "threshold" else _fired_reason(check, found)
+    if check.get("type") == "threshold" and isinstance(after.get("value"), (int, float)):
+        shown, limit = format_number(after["value"]), format_number(check.get("value", 0))
+        words = OP_NAMES.get(check.get("op", ""), check.get("op", ""))
+        if after.get("holds") and before.get("holds"):
+            return f"Changed, but {shown} was {words} {limit} already: it fires when it crosses, not while it stays."
+        return f"Changed, but {shown} is not {words} {limit}."
+    return "Changed, but not in a way the check fires on."
+
+
+#: why a check of each kind fired, when what it found says it less well
+_FIRED = {"change": "The watched part changed.", "every_call": "A delivery came; this check fires on every one."}
+
+
+def _fired_reason(check: dict, found: str) -> str:
+    kind = check.get("type", "change")
+    if kind in _FIRED:
+        return _FIRED[kind]
+    first = next((line for line in found.splitlines() if any(ch.isalnum() for ch in line)), "")
+    return f"The {kind.replace('_', ' ')} check held: {first}" if first else f"The {kind.replace('_', ' ')} check held."
+
+
+def counts_as_check(event: dict) -> bool:
+    """Whether a check of the source wrote the event (it counts in check_count): a check kind, or the pause or end
+    a check caused."""
+    return event["kind"] in CHECK_KINDS or bool((event.get("data") or {}).get("by_check"))
+
+
+def fold(events: list[dict], check_count: int, last_checked_at: datetime | None) -> list[dict]:
+    """The timeline, newest first: each stored event, with the quiet checks between it and the one before folded
+    into a {"kind": "quiet", "count", "from", "to"} item. `events` newest first, each with `kind`, `at`
+    (datetime) and `check_count` (the counter when it was written); the monitor's counter and last check now."""
+    items: list[dict] = []
+    newer_count, newer_at = check_count + 1, last_checked_at  # the counter after the latest check, as if next
+    for event in events:
+        counted = 1 if counts_as_check(event) else 0
+        quiet = newer_count - event["check_count"] - 1
+        if quiet > 0 and newer_at is not None:
+            items.append({"kind": "quiet", "count": quiet, "from": event["at"], "to": newer_at})
+        items.append(event)
+        newer_count, newer_at = event["check_count"] + 1 - counted, event["at"]
+    return items
+
+
+def why_not(events: list[dict]) -> str | None:
+    """The answer to "why didn't it fire?": the newest change that did not fire (and nothing fired after it)."""
+    for event in events:
+        if event["kind"] == "fired":
+            return None
+        if event["kind"] == "changed":
+            return (event.get("data") or {}).get("reason") or event.get("detail") or None
+    return None

@@ -1,0 +1,94 @@
+"""A monitor's history, as its page and GET /api/monitors/{id}/events show it: the stored events (monitor_runs)
+and its wakes, newest first, with the quiet checks between them counted, never written."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from engine.explain import counts_as_check, fold, why_not
+from models.compiled import Compiled
+from models.db import database, iso
+from models.tables import MonitorRun, Wake
+
+#: events kept per monitor (MONITOR_EVENTS_KEPT; tasks/runtime.configure sets it from the settings)
+EVENTS_KEPT = 200
+
+
+def keep_events(count: int) -> None:
+    global EVENTS_KEPT
+    EVENTS_KEPT = count
+
+_NEW = Compiled(lambda monitor_id, kind, detail, created_at, check_count, data: MonitorRun.insert({
+    MonitorRun.monitor: monitor_id, MonitorRun.kind: kind, MonitorRun.detail: detail,
+    MonitorRun.created_at: created_at, MonitorRun.check_count: check_count, MonitorRun.data: data}))
+_PRUNE_SQL = ("DELETE FROM monitor_runs WHERE monitor_id = {p} AND id <= (SELECT id FROM monitor_runs WHERE "
+              "monitor_id = {p} ORDER BY id DESC LIMIT 1 OFFSET {p})")
+
+
+def record_event(monitor, kind: str, detail: str, now: datetime, data: dict | None = None) -> None:
+    """One event, in the caller's transaction; the monitor's oldest beyond EVENTS_KEPT go. Never on a quiet
+    check."""
+    _NEW.rowcount(monitor.id, kind, detail[:4000], now, monitor.check_count,
+                  None if data is None else json.dumps(data, ensure_ascii=False))
+    p = database.param
+    database.execute_sql(_PRUNE_SQL.format(p=p), (monitor.id, monitor.id, EVENTS_KEPT))
+
+
+def history(monitor, before: int | None = None, limit: int = 50) -> dict:
+    """A page of the timeline, newest first: events and wakes merged, the quiet checks above each event folded
+    into a span, and the answer to "why didn't it fire?". `before`: the `next_before` of the last page."""
+    query = MonitorRun.select().where(MonitorRun.monitor == monitor.id)
+    if before is not None:
+        query = query.where(MonitorRun.id < before)
+    runs = list(query.order_by(MonitorRun.id.desc()).limit(limit + 1))
+    more, runs = len(runs) > limit, runs[:limit]
+    events = [_event(run) for run in runs]
+    if before is None:
+        top_count, top_at, upper = monitor.check_count, monitor.last_checked_at, None
+    else:  # the span above this page's newest event reaches up to the last page's oldest one
+        above = MonitorRun.get_or_none((MonitorRun.id == before) & (MonitorRun.monitor == monitor.id))
+        top_count = above.check_count - counts_as_check(_event(above)) if above else 0
+        top_at = above.created_at if above else None
+        upper = top_at  # the wakes from the last page's oldest event on were on that page
+    items = fold(events, top_count, top_at)
+    return {"items": _merged(items, _wakes(monitor, runs, upper, more)),
+            "why_not": why_not(events) if before is None else None,
+            "next_before": str(runs[-1].id) if more else None}
+
+
+def _event(run: MonitorRun) -> dict:
+    return {"id": run.id, "kind": run.kind, "at": run.created_at, "check_count": run.check_count,
+            "detail": run.detail, "data": run.data or {}}
+
+
+def _wakes(monitor, runs: list[MonitorRun], upper: datetime | None, more: bool) -> list[dict]:
+    """The wakes within this page's time range: from its oldest event (when more pages follow) up to the last
+    page's oldest event (all newer ones on the first page)."""
+    query = Wake.select().where(Wake.monitor == monitor.id)
+    if runs and more:
+        query = query.where(Wake.created_at >= runs[-1].created_at)
+    if upper is not None:
+        query = query.where(Wake.created_at < upper)
+    return [{"kind": "wake", "at": wake.created_at, "message_id": wake.message_id}
+            for wake in query.order_by(Wake.id.desc()).limit(200)]
+
+
+def _merged(items: list[dict], wakes: list[dict]) -> list[dict]:
+    """Wakes placed among the items by time, newest first (a wake comes just after the fire that wrote it)."""
+    merged, pending = [], list(wakes)
+    for item in items:
+        when = item["to"] if item["kind"] == "quiet" else item["at"]
+        while pending and pending[0]["at"] >= when:
+            merged.append(pending.pop(0))
+        merged.append(item)
+    return merged + pending
+
+
+def item_json(item: dict) -> dict:
+    out = {key: value for key, value in item.items() if key not in ("at", "from", "to")}
+    for key in ("at", "from", "to"):
+        if key in item:
+            out[key] = iso(item[key]) if item[key] is not None else None
+    return out
+
