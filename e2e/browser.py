@@ -46,3 +46,19 @@ def watch_for_reloads(page: Page) -> list[str]:
 def assert_not_reloaded(page: Page, documents: list[str]) -> None:
     assert page.evaluate("window.__marker") == 1, "the page was reloaded"
     assert documents == [], f"the page navigated: {documents}"
+
+
+#: the widths the pictures are taken at: a phone and a desktop
+WIDTHS = (375, 1280)
+
+
+def shoot(page: Page, folder, name: str, end_width: int = 1280, no_sideways: bool = False) -> None:
+    """Full-page screenshots NAME-375.png and NAME-1280.png (with `no_sideways`, the page must not scroll
+    sideways at either width). The viewport is left at `end_width`."""
+    height = page.viewport_size["height"] if page.viewport_size else 900
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": height})
+        if no_sideways:
+            assert page.evaluate("document.documentElement.scrollWidth") <= width, f"{name} scrolls sideways at {width}"
+        page.screenshot(path=str(folder / f"{name}-{width}.png"), full_page=True)
+    page.set_viewport_size({"width": end_width, "height": height})

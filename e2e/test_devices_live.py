@@ -19,7 +19,7 @@ import pytest
 import requests
 from playwright.sync_api import Page, expect
 
-from e2e.browser import (LIVE, assert_not_reloaded, log_in, mark_event_stream_open, open_conversation,
+from e2e.browser import (LIVE, assert_not_reloaded, log_in, mark_event_stream_open, open_conversation, shoot,
                          watch_for_reloads)
 from tests.integration.helpers import wait_for
 from tests.processes import VIGIL, processes_with, start, stop, vigil
@@ -28,7 +28,6 @@ pytestmark = pytest.mark.e2e
 
 CONVERSATION = "e2e-device-approval"
 PAIR_LINE = re.compile(r"^vigil runner pair --server (\S+) --code ([A-Z0-9]{4}(?:-[A-Z0-9]{4}){3})$")
-WIDTHS = (1280, 375)
 
 
 def _seconds(stack, name: str) -> float:
@@ -113,12 +112,6 @@ def screenshot_on_failure(page: Page, folder: Path, name: str):
         raise
 
 
-def shoot(page: Page, folder: Path, name: str) -> None:
-    height = page.viewport_size["height"]
-    for width in WIDTHS:
-        page.set_viewport_size({"width": width, "height": height})
-        page.screenshot(path=str(folder / f"{name}-{width}.png"), full_page=True)
-    page.set_viewport_size({"width": WIDTHS[0], "height": height})
 
 
 def pair_from_page(page: Page, stack, name: str) -> tuple[str, str]:
@@ -180,7 +173,7 @@ def test_devices_page_shows_paired_device_appear_go_offline_and_online_live(page
         expect(rows).to_have_count(shown_before + 1)
         expect(page.locator("tbody#devices tr.empty")).to_have_count(0)
         assert_not_reloaded(page, documents)
-        shoot(page, screenshots, "devices-online")
+        shoot(page, screenshots, "devices-online", end_width=375)
 
         # The machine dies (SIGKILL: no goodbye). Within the offline window the row turns offline by itself.
         runner.kill()
@@ -191,7 +184,7 @@ def test_devices_page_shows_paired_device_appear_go_offline_and_online_live(page
         assert took >= online_seconds - 2.5, f"offline {took:.1f}s after the kill: before its poll could lapse"
         assert not api_device(stack, "e2e-laptop")["online"]
         expect(rows).to_have_count(shown_before + 1)
-        shoot(page, screenshots, "devices-offline")
+        shoot(page, screenshots, "devices-offline", end_width=375)
 
         # The runner starts again: its first poll turns the same row online, still without a reload.
         runner.start()
@@ -267,7 +260,7 @@ def test_approving_command_on_conversation_page_arms_it_and_device_line_wakes_li
                                                                                    "awaiting_approval")
         messages = page.locator(f"ol#messages-{pk}")
         expect(messages.locator("li.message")).to_have_count(0)
-        shoot(page, screenshots, "command-awaiting")
+        shoot(page, screenshots, "command-awaiting", end_width=375)
 
         # Nothing runs on the device before the owner says so.
         time.sleep(1)
@@ -296,7 +289,7 @@ def test_approving_command_on_conversation_page_arms_it_and_device_line_wakes_li
         expect(content).to_contain_text(f'Watcher "{description}" printed')
         expect(card.locator("p.decision")).to_have_attribute("data-status", "active")
         assert_not_reloaded(page, documents)
-        shoot(page, screenshots, "command-woken")
+        shoot(page, screenshots, "command-woken", end_width=375)
 
         [message] = [m for m in conversation_messages(stack) if m["role"] == "wake"]
         assert message["metadata"]["wake"]["source"] == "command" and line in message["content"], message

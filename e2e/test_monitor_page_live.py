@@ -13,7 +13,7 @@ import requests
 from playwright.sync_api import Page, expect
 
 from e2e.api import api_monitor, wake_messages
-from e2e.browser import LIVE, assert_not_reloaded, log_in, mark_event_stream_open, watch_for_reloads
+from e2e.browser import LIVE, assert_not_reloaded, log_in, mark_event_stream_open, shoot, watch_for_reloads
 from tests.judge_server import JudgeServer
 
 pytestmark = pytest.mark.e2e
@@ -21,7 +21,6 @@ pytestmark = pytest.mark.e2e
 CONVERSATION = "e2e-monitor-page"
 DESCRIPTION = "ACMEB below 90 (e2e monitor page)"
 PAGE = "<html><body><p id='price'>Price: ${price}</p></body></html>"
-WIDTHS = (375, 1280)
 
 
 def quote(price: str) -> str:
@@ -38,12 +37,6 @@ def create(stack, arguments: dict, conversation: str = CONVERSATION) -> str:
     return body["result"]["monitor_id"]
 
 
-def shoot(page: Page, folder, name: str) -> None:
-    height = page.viewport_size["height"]
-    for width in WIDTHS:
-        page.set_viewport_size({"width": width, "height": height})
-        page.screenshot(path=str(folder / f"{name}-{width}.png"), full_page=True)
-    page.set_viewport_size({"width": 1280, "height": height})
 
 
 def test_monitor_page_shows_why_not_then_the_fire_live(page: Page, vigil_stack, pages, screenshots):

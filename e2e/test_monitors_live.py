@@ -10,12 +10,11 @@ import requests
 from playwright.sync_api import Page, expect
 
 from e2e.api import api_monitor
-from e2e.browser import LIVE, assert_not_reloaded, log_in, open_conversation, watch_for_reloads
+from e2e.browser import LIVE, assert_not_reloaded, log_in, open_conversation, shoot, watch_for_reloads
 
 pytestmark = pytest.mark.e2e
 
 #: Bound for each expectation; checks run every second, so a live update normally lands within 1-2 s.
-WIDTHS = (1280, 375)
 
 
 def create_monitor(stack, conversation_id: str, description: str, url: str, **arguments) -> str:
@@ -29,12 +28,6 @@ def create_monitor(stack, conversation_id: str, description: str, url: str, **ar
     return body["result"]["monitor_id"]
 
 
-def shoot(page: Page, folder, name: str) -> None:
-    height = page.viewport_size["height"]
-    for width in WIDTHS:
-        page.set_viewport_size({"width": width, "height": height})
-        page.screenshot(path=str(folder / f"{name}-{width}.png"), full_page=True)
-    page.set_viewport_size({"width": WIDTHS[0], "height": height})
 
 
 def test_monitors_page_updates_live_and_pauses_resumes_cancels(page: Page, vigil_stack, pages, screenshots):
@@ -73,7 +66,7 @@ def test_monitors_page_updates_live_and_pauses_resumes_cancels(page: Page, vigil
     expect(status).to_have_attribute("data-status", "active", timeout=LIVE)
     assert api_monitor(stack, monitor_id)["status"] == "active"
     expect(last_checked).not_to_have_attribute("data-check-count", shown_count, timeout=LIVE)
-    shoot(page, screenshots, "monitors")
+    shoot(page, screenshots, "monitors", end_width=375)
 
     # Cancel asks first: dismissing keeps the monitor, accepting ends it.
     page.once("dialog", lambda dialog: dialog.dismiss())
@@ -127,7 +120,7 @@ def test_conversation_page_shows_wake_live_and_watching_mark_clears(page: Page, 
     assert message["role"] == "wake" and message["metadata"]["wake"]["ref_id"] == monitor_id
     expect(wake).to_have_attribute("id", f"message-{message['id']}")
     assert api_monitor(stack, monitor_id)["status"] == "done"
-    shoot(page, screenshots, "conversation")
+    shoot(page, screenshots, "conversation", end_width=375)
 
 
 def test_login_wrong_password_shows_error_and_stays(page: Page, vigil_stack):

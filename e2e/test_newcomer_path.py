@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
-from e2e.browser import LIVE, mark_event_stream_open
+from e2e.browser import LIVE, mark_event_stream_open, shoot
 from tests.processes import VIGIL, free_port, start, stop, wait_healthy
 
 pytestmark = pytest.mark.e2e
@@ -47,10 +47,6 @@ def readme_curl_body() -> dict:
     return json.loads(re.search(r"-d '(\{.*?\})'", block, re.DOTALL).group(1))
 
 
-def shoot(page: Page, folder: Path, name: str) -> None:
-    for width in (375, 1280):
-        page.set_viewport_size({"width": width, "height": 900})
-        page.screenshot(path=str(folder / f"{name}-{width}.png"), full_page=True)
 
 
 def test_newcomer_goes_from_setup_to_a_token_to_the_readme_curl_to_a_live_wake(page: Page, fresh_vigil, pages,

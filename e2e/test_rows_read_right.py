@@ -11,7 +11,7 @@ import pytest
 import requests
 from playwright.sync_api import Browser, Page, expect
 
-from e2e.browser import LIVE, assert_not_reloaded, log_in, mark_event_stream_open, watch_for_reloads
+from e2e.browser import LIVE, assert_not_reloaded, log_in, mark_event_stream_open, shoot, watch_for_reloads
 from engine.signatures import sign
 
 pytestmark = pytest.mark.e2e
@@ -19,7 +19,6 @@ pytestmark = pytest.mark.e2e
 CONVERSATION = "e2e-rows"
 QUESTION = "Ship v2 to every customer?"
 COMMENT = "Go ahead: the release notes are signed off."
-WIDTHS = (375, 1280)
 
 
 def create(stack, description: str, source: dict, **arguments) -> dict:
@@ -32,14 +31,6 @@ def create(stack, description: str, source: dict, **arguments) -> dict:
     return body["result"]
 
 
-def shoot(page: Page, folder, name: str) -> None:
-    """Full-page screenshots at phone and desktop width; nothing may scroll the page sideways."""
-    height = page.viewport_size["height"]
-    for width in WIDTHS:
-        page.set_viewport_size({"width": width, "height": height})
-        assert page.evaluate("document.documentElement.scrollWidth") <= width, f"{name} scrolls sideways at {width}"
-        page.screenshot(path=str(folder / f"{name}-{width}.png"), full_page=True)
-    page.set_viewport_size({"width": 1280, "height": height})
 
 
 def test_trigger_and_approval_rows_read_right_and_turn_approved_live(page: Page, browser: Browser, vigil_stack,
@@ -70,7 +61,7 @@ def test_trigger_and_approval_rows_read_right_and_turn_approved_live(page: Page,
         expect(row.locator("td.description a")).to_have_attribute("href", f"/monitors/{monitor_id}")
         expect(row).not_to_contain_text("None")
         expect(row).not_to_contain_text("any change")
-    shoot(page, screenshots, "rows-monitors")
+    shoot(page, screenshots, "rows-monitors", no_sideways=True)
 
     # The conversation: the trigger card and the approval card, with the link the agent was given.
     page.locator("aside.sidebar li a", has_text=re.compile(rf"^\s*{CONVERSATION}\s*$")).click()
@@ -86,7 +77,7 @@ def test_trigger_and_approval_rows_read_right_and_turn_approved_live(page: Page,
     expect(card).to_contain_text("expires ")
     expect(card.locator(".decision")).to_have_count(0)
     hook_row, approval_row = page.locator(f"tr#monitor-{hook_id}"), page.locator(f"tr#monitor-{approval_id}")
-    shoot(page, screenshots, "rows-conversation-open")
+    shoot(page, screenshots, "rows-conversation-open", no_sideways=True)
     documents = watch_for_reloads(page)
 
     # A signed delivery: the webhook row counts the hit and names its last event, live.
@@ -117,4 +108,4 @@ def test_trigger_and_approval_rows_read_right_and_turn_approved_live(page: Page,
     expect(card.locator(".decision")).to_have_attribute("data-decision", "Approve")
     expect(card.locator(".approval-comment")).to_have_text(COMMENT)
     assert_not_reloaded(page, documents)
-    shoot(page, screenshots, "rows-conversation-decided")
+    shoot(page, screenshots, "rows-conversation-decided", no_sideways=True)
