@@ -138,8 +138,17 @@ _WATCHES = {
 def check_words(source: dict, check: dict, condition: str = "") -> str:
     """What the check waits for: "any change", "data.price below 90", "every delivery" …; a judge's condition
     is added after it."""
-    words = _check(source, check)
+    words = _check(source, check) + _debounce(check)
     return f"{words}, then judged: {condition}" if condition else words
+
+
+def _debounce(check: dict) -> str:
+    """" for 3 checks in a row", " (re-arms above 92)": check.for and check.rearm in words."""
+    words = f" for {check['hold_for']} checks in a row" if (check.get("hold_for") or 1) > 1 else ""
+    if check.get("rearm") is not None:
+        side = "above" if check.get("op") in ("<", "<=") else "below"
+        words += f" (re-arms {side} {format_number(check['rearm'])})"
+    return words
 
 
 def _check(source: dict, check: dict) -> str:

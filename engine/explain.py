@@ -11,7 +11,8 @@ from datetime import datetime
 
 from engine.checks.base import format_number
 from engine.checks.change import describe_change
-from engine.checks.threshold import OP_NAMES
+from engine.checks.hold import since_words
+from engine.checks.threshold import OP_NAMES, REARM_SIDE
 
 #: the event kinds that are a check of the source (they count in check_count), as against decisions and notices
 CHECK_KINDS = frozenset({"baseline", "changed", "fired", "error", "unreachable", "judge_failed"})
@@ -48,12 +49,46 @@ def reason(check: dict, found: str, before: dict, after: dict, judged: dict | No
     if found:
         return found.splitlines()[0] if check.get("type") == "threshold" else _fired_reason(check, found)
     if check.get("type") == "threshold" and isinstance(after.get("value"), (int, float)):
-        shown, limit = format_number(after["value"]), format_number(check.get("value", 0))
-        words = OP_NAMES.get(check.get("op", ""), check.get("op", ""))
-        if after.get("holds") and before.get("holds"):
-            return f"Changed, but {shown} was {words} {limit} already: it fires when it crosses, not while it stays."
-        return f"Changed, but {shown} is not {words} {limit}."
-    return "Changed, but not in a way the check fires on."
+        return _threshold_reason(check, before, after)
+    if after.get("pending"):
+        return _holding(check, f"The {check.get('type', 'change').replace('_', ' ')} check holds", after)
+    return "Changed, but not in a way the check fires on." + _count_lost(check, before, after)
+
+
+def _threshold_reason(check: dict, before: dict, after: dict) -> str:
+    """Why a threshold did not fire: not past the line, past it already, holding toward check.for, or past it
+    again before it re-armed (check.rearm)."""
+    shown, limit = format_number(after["value"]), format_number(check.get("value", 0))
+    words = OP_NAMES.get(check.get("op", ""), check.get("op", ""))
+    rearm, side = check.get("rearm"), REARM_SIDE.get(check.get("op", ""), "")
+    latched = rearm is not None and after.get("armed") is False
+    if after.get("pending"):
+        return _holding(check, f"{shown} is {words} {limit}", after)
+    if after.get("holds") and latched and not before.get("holds"):
+        return f"{shown} is {words} {limit} again, but not re-armed: it must go {side} {format_number(rearm)} first."
+    if after.get("holds") and before.get("holds"):
+        if latched:
+            return (f"Changed, but {shown} was {words} {limit} already: it fires again only once it has gone {side} "
+                    f"{format_number(rearm)}.")
+        return f"Changed, but {shown} was {words} {limit} already: it fires when it crosses, not while it stays."
+    if latched:
+        return f"Changed, but {shown} is not {words} {limit}; it re-arms once it goes {side} {format_number(rearm)}."
+    return f"Changed, but {shown} is not {words} {limit}." + _count_lost(check, before, after)
+
+
+def _holding(check: dict, what: str, after: dict) -> str:
+    """"89 is below 90, holding 2 of 3 (since 09:12 UTC): it fires once it has held for 3 checks in a row."."""
+    need = check.get("hold_for") or 1
+    return (f"{what}, holding {after.get('held', 0)} of {need}{since_words(after.get('since'))}: it fires once it "
+            f"has held for {need} checks in a row.")
+
+
+def _count_lost(check: dict, before: dict, after: dict) -> str:
+    """" The count of 2 in a row starts again." when a check.for count under way stopped holding."""
+    need, held = check.get("hold_for") or 1, before.get("held") or 0
+    if need > 1 and 0 < held < need and not after.get("holds"):
+        return f" The count of {held} of {need} in a row starts again."
+    return ""
 
 
 #: why a check of each kind fired, when what it found says it less well

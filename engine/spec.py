@@ -115,15 +115,37 @@ def parse_create(arguments: object, limits: Limits,
         spec = _tool_spec(spec, arguments, notes)
     if spec.check.value_path and spec.source.type == "page":
         raise SpecError("check.value_path reads JSON; on a page source leave it out and the first number in the text is read.")
+    _refuse_for(spec)
     return spec, notes
+
+
+#: sources where check.for (checks in a row) cannot count, and why
+_FOR_REFUSED = {
+    "document": "a document watch is checked on each write and on sweeps, not on a count of checks",
+    "tool": "a tool watch's unchanged answer is not evaluated again, so a count could not go on",
+    "stream": "each line of a stream is its own event",
+}
+
+
+def _refuse_for(spec: MonitorSpec) -> None:
+    kind = "stream" if spec.source.type == "command" and spec.source.mode == "stream" else spec.source.type
+    if spec.check.hold_for > 1 and kind in _FOR_REFUSED:
+        raise SpecError(f"check.for does not work here: {_FOR_REFUSED[kind]}; take for out.")
 
 
 #: sources that ignore `interval`: the time is the event, or every write of the document is checked
 OWN_CADENCE = ("time", "document", "ingest")
 
 
+#: check fields left out of the stored record at their defaults (issue 18's options), so a check without them is
+#: stored as before
+_CHECK_DEFAULTS = {"hold_for": 1, "rearm": None}
+
+
 def spec_to_record(spec: MonitorSpec) -> dict:
-    return {"source": asdict(spec.source), "check": asdict(spec.check)}
+    check = {key: value for key, value in asdict(spec.check).items()
+             if key not in _CHECK_DEFAULTS or value != _CHECK_DEFAULTS[key]}
+    return {"source": asdict(spec.source), "check": check}
 
 
 def source_from_record(data: dict) -> SourceSpec:

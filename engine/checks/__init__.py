@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from engine.checks import cel, change, every_call, new_items, regex, status, threshold
+from engine.checks import cel, change, every_call, hold, new_items, regex, status, threshold
 from engine.checks.base import CheckSpec, Verdict, format_number
 from engine.checks.change import describe_change
 from engine.checks.threshold import OP_NAMES, OPS, normalize_op, read_number
@@ -31,6 +31,8 @@ def parse_check(raw: object) -> CheckSpec:
     kind = raw.get("type")
     if kind not in KINDS:
         raise SpecError(f"check.type must be one of {', '.join(CHECK_TYPES)} (got {kind!r}).")
+    hold.refuse_rearm(raw, kind)
+    hold.parse_for(raw, kind)  # on a kind that fires on an event, `for` gets its own sentence
     allowed = KINDS[kind].FIELDS
     extra = sorted(set(raw) - allowed)
     if extra:
@@ -46,4 +48,4 @@ def evaluate(check: CheckSpec, content: Content, previous: dict | None, now: dat
 def baseline(check: CheckSpec, content: Content, now: datetime | None = None) -> Verdict:
     """The first reading: stored as the state to compare against, never a match."""
     verdict = evaluate(check, content, None, now)
-    return Verdict(fired=False, summary=verdict.summary, state=verdict.state)
+    return Verdict(fired=False, summary=verdict.summary, state=hold.at_baseline(verdict.state))

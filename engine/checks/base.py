@@ -22,6 +22,10 @@ class CheckSpec:
     pattern: str | None = None
     when: str | None = None
     expr: str | None = None
+    #: check.for: fire only once the condition has held on this many checks in a row (engine/checks/hold.py)
+    hold_for: int = 1
+    #: check.rearm (threshold): after firing, the number must go back past this line before it can fire again
+    rearm: float | None = None
 
 
 @dataclass(frozen=True)

@@ -19,13 +19,14 @@ import re
 from datetime import datetime, timezone
 from pathlib import Path
 
+from engine.checks import hold
 from engine.checks.base import CheckSpec, Verdict
 from engine.checks.cel_runner import Runner
 from engine.checks.threshold import check_path, read_number
 from engine.content import Content, excerpt
 from engine.errors import ContentError, SpecError
 
-FIELDS = frozenset({"type", "expr", "value_path"})
+FIELDS = frozenset({"type", "expr", "value_path", "for"})
 MAX_EXPR_CHARS = 2000
 #: stored data over this much JSON is stored as null, so `previous` is null on the next reading
 MAX_STATE_DATA_BYTES = 64 * 1024
@@ -78,7 +79,7 @@ def parse(raw: dict) -> CheckSpec:
     path = raw.get("value_path")
     if path is not None:
         check_path("check.value_path", path)
-    return CheckSpec(type="cel", expr=expr, value_path=path or None)
+    return CheckSpec(type="cel", expr=expr, value_path=path or None, hold_for=hold.parse_for(raw, "cel"))
 
 
 def syntax_message(message: str) -> str:
@@ -100,10 +101,12 @@ def evaluate(check: CheckSpec, content: Content, previous: dict, now=None) -> Ve
     if content.variables:
         variables.update(to_cel(content.variables))
     result = _runner.decide(check.expr, variables)
-    fired = result and not previous.get("holds", False)
-    found = f"the condition is now true: {excerpt(check.expr, 300)}" if fired else ""
-    return Verdict(fired=fired, summary=f"the condition is {'true' if result else 'false'} now", found=found,
-                   fact=content.digest[:16], state={"holds": result, "data": stored_data(data)})
+    settled = hold.settle(check, result, previous, now, was_holding=previous.get("holds", False))
+    found = ""
+    if settled.fired:
+        found = f"the condition is now true: {excerpt(check.expr, 300)}{hold.held_words(check, settled)}"
+    return Verdict(fired=settled.fired, summary=f"the condition is {'true' if result else 'false'} now", found=found,
+                   fact=content.digest[:16], state={"holds": result, "data": stored_data(data), **settled.state})
 
 
 def decide(expr: str, variables: dict) -> bool:

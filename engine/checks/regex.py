@@ -9,12 +9,13 @@ import functools
 
 import regex
 
+from engine.checks import hold
 from engine.checks.base import CheckSpec, Verdict
 from engine.checks.status import short_fact
 from engine.content import Content, excerpt
 from engine.errors import ContentError, SpecError
 
-FIELDS = frozenset({"type", "pattern", "when"})
+FIELDS = frozenset({"type", "pattern", "when", "for"})
 WHENS = ("match", "no_match")
 MAX_PATTERN_CHARS = 1000
 TIMEOUT_SECONDS = 1.0
@@ -36,7 +37,7 @@ def parse(raw: dict) -> CheckSpec:
     if when not in WHENS:
         raise SpecError(f"check.when must be 'match' (fire when the pattern starts matching) or 'no_match' "
                         f"(fire when it stops matching) (got {when!r}).")
-    return CheckSpec(type="regex", pattern=pattern, when=when)
+    return CheckSpec(type="regex", pattern=pattern, when=when, hold_for=hold.parse_for(raw, "regex"))
 
 
 @functools.lru_cache(maxsize=256)
@@ -47,14 +48,16 @@ def compiled(pattern: str) -> regex.Pattern:
 def evaluate(check: CheckSpec, content: Content, previous: dict, now=None) -> Verdict:
     matched = first_match(check.pattern, content.text)
     holds = (matched is not None) == (check.when != "no_match")
-    fired = holds and not previous.get("holds", False)
+    settled = hold.settle(check, holds, previous, now, was_holding=previous.get("holds", False))
     shown = None if matched is None else excerpt(matched, _SHOWN_CHARS)
     summary = f"the pattern matches {shown!r}" if matched is not None else "the pattern does not match"
     found = ""
-    if fired:
+    if settled.fired:
         found = f"the pattern matches {shown!r}" if matched is not None else "the pattern no longer matches"
+        found += hold.held_words(check, settled)
     fact = short_fact(matched) if matched is not None else "no match"
-    return Verdict(fired=fired, summary=summary, found=found, fact=fact, state={"holds": holds, "match": shown})
+    return Verdict(fired=settled.fired, summary=summary, found=found, fact=fact,
+                   state={"holds": holds, "match": shown, **settled.state})
 
 
 def first_match(pattern: str, text: str) -> str | None:

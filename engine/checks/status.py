@@ -5,13 +5,14 @@ from __future__ import annotations
 import hashlib
 import math
 
+from engine.checks import hold
 from engine.checks.base import CheckSpec, Verdict, format_number
 from engine.checks.threshold import check_path
 from engine.content import Content, excerpt
 from engine.errors import ContentError, SpecError
 from engine.paths import PathError, resolve
 
-FIELDS = frozenset({"type", "value_path", "values"})
+FIELDS = frozenset({"type", "value_path", "values", "for"})
 MAX_VALUES = 50
 MAX_VALUE_CHARS = 200
 #: a fact longer than this goes into the wake's dedupe key as a digest (the key column holds 200)
@@ -24,7 +25,8 @@ def parse(raw: dict) -> CheckSpec:
         raise SpecError("check.value_path is required for a status check: the dotted path to the state, "
                         "e.g. data.status.")
     check_path("check.value_path", path)
-    return CheckSpec(type="status", value_path=path, values=parse_values(raw.get("values")))
+    return CheckSpec(type="status", value_path=path, values=parse_values(raw.get("values")),
+                     hold_for=hold.parse_for(raw, "status"))
 
 
 def parse_values(raw: object) -> tuple:
@@ -47,14 +49,19 @@ def evaluate(check: CheckSpec, content: Content, previous: dict, now=None) -> Ve
     state = canonical(read_state(check, content))
     key = short_fact(state)
     before = previous.get("state")
-    matters = state in {canonical(value) for value in check.values}
-    fired = matters and key != before
+    wanted = {canonical(value) for value in check.values}
+    matters = state in wanted
+    was_holding = before is not None and before in {short_fact(value) for value in wanted}
+    # held: the value stays in one state that matters; a move to another state that matters counts afresh
+    settled = hold.settle(check, matters, previous, now, was_holding=was_holding,
+                          same=was_holding and key == before, rearmed=not matters or key != before)
     shown = excerpt(state, MAX_FACT_CHARS)
     found = ""
-    if fired:
-        was = f" (was {before!r})" if isinstance(before, str) else ""
-        found = f"status is now {shown!r}{was}"
-    return Verdict(fired=fired, summary=f"status is {shown!r}", found=found, fact=key, state={"state": key})
+    if settled.fired:
+        was = f" (was {before!r})" if isinstance(before, str) and before != key else ""
+        found = f"status is now {shown!r}{was}{hold.held_words(check, settled)}"
+    return Verdict(fired=settled.fired, summary=f"status is {shown!r}", found=found, fact=key,
+                   state={"state": key, **settled.state})
 
 
 def read_state(check: CheckSpec, content: Content) -> object:

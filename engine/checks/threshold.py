@@ -1,4 +1,8 @@
-"""threshold: a number crosses a line. Edge-triggered: staying past it does not fire again."""
+"""threshold: a number crosses a line. Edge-triggered: staying past it does not fire again.
+
+With check.for it fires once the number has been past the line on N checks in a row; with check.rearm, after
+firing it fires again only once the number has gone back past the rearm line (engine/checks/hold.py).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,13 @@ import math
 import operator
 import re
 
+from engine.checks import hold
 from engine.checks.base import CheckSpec, Verdict, as_number, format_number
 from engine.content import Content
 from engine.errors import ContentError, SpecError
 from engine.paths import PathError, parse_path, resolve
 
-FIELDS = frozenset({"type", "op", "value", "value_path"})
+FIELDS = frozenset({"type", "op", "value", "value_path", "for", "rearm"})
 OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
        "==": operator.eq, "!=": operator.ne}
 OP_WORDS = {
@@ -23,6 +28,8 @@ OP_WORDS = {
 }
 OP_NAMES = {"<": "below", "<=": "at or below", ">": "above", ">=": "at or above",
             "==": "equal to", "!=": "not equal to"}
+#: the side a rearm line lies on, past the threshold: after firing below 90, re-armed above the rearm line
+REARM_SIDE = {"<": "above", "<=": "above", ">": "below", ">=": "below"}
 
 _NUMBER = re.compile(r"[-−]?\d{1,3}(?:,\d{3})+(?:\.\d+)?|[-−]?\d+(?:\.\d+)?")
 
@@ -43,20 +50,45 @@ def parse(raw: dict) -> CheckSpec:
     path = raw.get("value_path")
     if path is not None:
         check_path("check.value_path", path)
-    return CheckSpec(type="threshold", op=op, value=value, value_path=path or None)
+    return CheckSpec(type="threshold", op=op, value=value, value_path=path or None,
+                     hold_for=hold.parse_for(raw, "threshold"), rearm=parse_rearm(raw.get("rearm"), op, value))
+
+
+def parse_rearm(raw: object, op: str, value: float) -> float | None:
+    """check.rearm: a number on the far side of the threshold (above it for below/at_most, below it for
+    above/at_least); refused on == and !=, which have no side."""
+    if raw is None:
+        return None
+    if op not in REARM_SIDE:
+        raise SpecError(f"check.rearm needs a direction, so it works with below, above, at_most and at_least, not with "
+                        f"{OP_NAMES[op]}; take rearm out.")
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
+        raise SpecError(f"check.rearm must be a number such as 92, the line the number must cross back over before "
+                        f"it can fire again (got {raw!r}).")
+    side, limit = REARM_SIDE[op], format_number(value)
+    if (raw <= value) if side == "above" else (raw >= value):
+        raise SpecError(f"check.rearm must be {side} check.value for a check that fires {OP_NAMES[op]} {limit}: after "
+                        f"firing it re-arms once the number goes {side} rearm (got {format_number(raw)}).")
+    return float(raw)
+
+
+def rearmed(check: CheckSpec, value: float) -> bool:
+    """Whether `value` is past the rearm line, so a check that fired may fire again."""
+    return value > check.rearm if REARM_SIDE[check.op] == "above" else value < check.rearm
 
 
 def evaluate(check: CheckSpec, content: Content, previous: dict, now=None) -> Verdict:
     value = read_number(check, content)
     holds = OPS[check.op](value, check.value)
-    fired = holds and not previous.get("holds", False)
+    settled = hold.settle(check, holds, previous, now, was_holding=previous.get("holds", False),
+                          rearmed=None if check.rearm is None else rearmed(check, value))
     shown = format_number(value)
     found = ""
-    if fired:
-        was = f" (was {format_number(previous['value'])})" if "value" in previous else ""
-        found = f"{shown} is {OP_NAMES[check.op]} {format_number(check.value)}{was}"
-    return Verdict(fired=fired, summary=f"currently {shown}", found=found, fact=shown,
-                   state={"value": value, "holds": holds})
+    if settled.fired:
+        was = f" (was {format_number(previous['value'])})" if previous.get("value", value) != value else ""
+        found = f"{shown} is {OP_NAMES[check.op]} {format_number(check.value)}{was}{hold.held_words(check, settled)}"
+    return Verdict(fired=settled.fired, summary=f"currently {shown}", found=found, fact=shown,
+                   state={"value": value, "holds": holds, **settled.state})
 
 
 def read_number(check: CheckSpec, content: Content) -> float:
