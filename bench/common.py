@@ -28,9 +28,11 @@ RESULTS = ROOT / "bench" / "results"
 PYTHON = sys.executable
 VIGIL = str(Path(sys.executable).with_name("vigil"))
 PG = {"host": "127.0.0.1", "port": 5432, "user": "vigil", "password": "vigil"}
-DB_NAME = "vigil_bench"
+#: the benchmarks' database and Redis database (emptied by each run); set VIGIL_BENCH_DB and VIGIL_BENCH_REDIS_URL
+#: to others where two runs share the machine
+DB_NAME = os.environ.get("VIGIL_BENCH_DB", "vigil_bench")
 DATABASE_URL = f"postgresql://vigil:vigil@127.0.0.1:5432/{DB_NAME}"
-REDIS_URL = "redis://127.0.0.1:6379/13"
+REDIS_URL = os.environ.get("VIGIL_BENCH_REDIS_URL", "redis://127.0.0.1:6379/13")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 

@@ -1,5 +1,6 @@
 """The one outbound HTTP seam: GET (and a tool step's other methods) with an SSRF guard at connect time, and
-size/time limits. Which addresses may be contacted is engine/addresses.py's."""
+size/time limits; a conditional GET when the caller has validators. Which addresses may be contacted is
+engine/addresses.py's."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import ssl
 import string
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from urllib.parse import quote, urljoin, urlsplit, urlunparse
 
 import certifi
@@ -37,6 +38,10 @@ _CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization
 _UNRESERVED = frozenset(string.ascii_letters + string.digits + "-._~")
 _ESCAPE = re.compile(r"%([^\W_]{2})")
 _PHRASES = {status.value: status.phrase for status in http.HTTPStatus}
+#: a validator longer than this is not kept (nor sent back): it would only make the monitor's row bigger
+MAX_VALIDATOR_CHARS = 256
+#: what a validator kept may hold: visible characters and spaces (no NUL or other control character to store)
+_VALIDATOR = re.compile(r"[\x20-\x7e\x80-\xff]*\Z")
 
 
 @dataclass(frozen=True)
@@ -48,12 +53,46 @@ class FetchPolicy:
 
 
 @dataclass(frozen=True)
+class Validators:
+    """What a server said identifies the body it sent (ETag, Last-Modified), to ask next time whether it changed."""
+    etag: str = ""
+    last_modified: str = ""
+
+    def __bool__(self) -> bool:
+        return bool(self.etag or self.last_modified)
+
+    def headers(self) -> dict[str, str]:
+        """The conditional request's headers: If-None-Match, If-Modified-Since (a server honours the first)."""
+        pairs = (("If-None-Match", self.etag), ("If-Modified-Since", self.last_modified))
+        return {name: value for name, value in pairs if value}
+
+    @classmethod
+    def of(cls, headers: dict[str, str]) -> Validators:
+        """The validators of a response's (lower-cased) headers; one too long or odd to keep is left out."""
+        etag, modified = (_keepable(headers.get(name, "")) for name in ("etag", "last-modified"))
+        return cls(etag, modified)
+
+
+def _keepable(value: str) -> str:
+    value = value.strip()
+    return value if len(value) <= MAX_VALIDATOR_CHARS and _VALIDATOR.match(value) else ""
+
+
+@dataclass(frozen=True)
 class Response:
     url: str
     status: int
     headers: dict[str, str]
     body: bytes
     truncated: bool
+    #: get() only: the final response's validators, None when the redirects left the origin asked (they would
+    #: belong to another site than the one they are sent to next time)
+    validators: Validators | None = None
+
+    @property
+    def not_modified(self) -> bool:
+        """A 304 to a conditional get(): the body is the one the validators were taken from (none is read)."""
+        return self.status == 304
 
 
 class _Deadline:
@@ -209,10 +248,17 @@ class Fetcher:
     def close(self) -> None:
         self._pools.clear()
 
-    def get(self, url: str, headers: dict[str, str] | None = None) -> Response:
+    def get(self, url: str, headers: dict[str, str] | None = None,
+            validators: Validators | None = None) -> Response:
+        """The page, or with `validators` possibly a 304 (`not_modified`, empty body). The validators follow
+        redirects on the origin only; a 304 to a request that sent none is a FetchError."""
         check_url(url)
+        conditional = validators.headers() if validators else {}
+        if conditional:
+            headers = {**(headers or {}), **conditional}
         with _Deadline(self.policy.timeout) as deadline:
-            return self._follow(url, self._merged(headers), deadline)
+            return self._follow(url, self._merged(headers), deadline,
+                                private=frozenset(name.lower() for name in conditional), conditional=bool(conditional))
 
     def call(self, method: str, url: str, headers: dict[str, str] | None = None, body: bytes | None = None,
              timeout: float | None = None) -> Response:
@@ -244,13 +290,20 @@ class Fetcher:
         return {name: value for name, value in pairs.values() if value is not None}
 
     def _follow(self, url: str, headers: dict[str, str], deadline: _Deadline, method: str = "GET",
-                strict: bool = True, private: frozenset = frozenset()) -> Response:
+                strict: bool = True, private: frozenset = frozenset(), conditional: bool | None = None) -> Response:
+        """`private` headers are dropped where the redirects leave the origin, with the credentials. For get(),
+        `conditional` says whether they are validators (a 304 answers them until they are dropped), and the
+        Response gets the final answer's validators unless the redirects left the origin."""
+        left = False
         for _ in range(self.policy.max_redirects + 1):
             resp = self._send(url, headers, deadline, method=method)
             try:
                 target = _redirect_target(resp)
                 if target is None:
-                    return self._finish(resp, deadline, strict)
+                    response = self._finish(resp, deadline, strict, asked=bool(conditional) and not left)
+                    if conditional is None or left:
+                        return response
+                    return replace(response, validators=Validators.of(response.headers))
                 with contextlib.suppress(FetchError):  # read a small body: the connection is reused
                     _read_body(resp, deadline, _CHUNK)
             finally:
@@ -259,6 +312,7 @@ class Fetcher:
                     resp.close()
                 resp.release_conn()  # urllib3 released it already if the body was read to its end
             if _strips_credentials(url, target):
+                left = True
                 headers = {k: v for k, v in headers.items()
                            if k.lower() not in _CREDENTIAL_HEADERS and k.lower() not in private}
             url = target
@@ -281,9 +335,10 @@ class Fetcher:
         resp.url = prepared
         return resp
 
-    def _finish(self, resp: BaseHTTPResponse, deadline: _Deadline, strict: bool = True) -> Response:
+    def _finish(self, resp: BaseHTTPResponse, deadline: _Deadline, strict: bool = True,
+                asked: bool = False) -> Response:
         if strict:
-            _check_status(resp)
+            _check_status(resp, asked)
         body, truncated = _read_body(resp, deadline, self.policy.max_bytes)
         headers = {name.lower(): value for name, value in resp.headers.itermerged()}
         return Response(url=resp.url, status=resp.status, headers=headers,
@@ -343,11 +398,15 @@ def _read_body(resp: BaseHTTPResponse, deadline: _Deadline, limit: int) -> tuple
     return b"".join(chunks), False
 
 
-def _check_status(resp: BaseHTTPResponse) -> None:
+def _check_status(resp: BaseHTTPResponse, asked: bool = False) -> None:
+    """A 304 answers only a request that `asked` with validators (If-None-Match, If-Modified-Since)."""
     code = resp.status
-    if 200 <= code < 300 or code == 304:
+    if 200 <= code < 300 or (code == 304 and asked):
         return
     text = f"{code} {_PHRASES.get(code, '')}".strip()
+    if code == 304:
+        raise FetchError("The page answered 304 Not Modified to a request that asked for no comparison, "
+                         "so it sent nothing to read.")
     if code == 429 or code >= 500:
         raise FetchError(f"The server answered {text}.", unreachable=True)
     if 400 <= code < 500:

@@ -1,19 +1,20 @@
 """One polled check: fetch -> hash the raw body -> normalize -> hash -> check.
 
-The raw body is hashed before anything is parsed, so an unchanged source costs a GET and a sha256.
+The raw body is hashed before anything is parsed, so an unchanged source costs a GET and a sha256; one whose
+server gave validators (ETag, Last-Modified) is asked with them, and its 304 costs the GET alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
-from engine.checks import CheckSpec, Verdict, baseline, evaluate
+from engine.checks import CheckSpec, Verdict, baseline, evaluate, hold
 from engine.content import Content, sha256_hex
 from engine.errors import ContentError
-from engine.http import FetchError, Fetcher
-from engine.sources import SourceIO, SourceSpec, normalize, read
+from engine.http import FetchError, Fetcher, Validators
+from engine.sources import SourceIO, SourceSpec, normalize, read_checked
 
 QUIET, CHANGED, FIRED, ERROR, BASELINE = "quiet", "changed", "fired", "error", "baseline"
 
@@ -27,6 +28,8 @@ class Prior:
     raw_hash: str | None = None
     content_hash: str | None = None
     state: dict | Callable[[], dict] | None = None
+    #: the validators stored with raw_hash (of the same body), sent to ask whether it changed
+    validators: Validators | None = None
 
     def stored_state(self) -> dict | None:
         return self.state() if callable(self.state) else self.state
@@ -44,27 +47,47 @@ class Outcome:
     text: str = ""
     #: what the judge said of a match: {"match", "summary", "tokens", "model"} (the monitor page shows it)
     judged: dict | None = None
+    #: the validators of the body read, to store with its raw_hash; None when the source gave none to keep
+    validators: Validators | None = None
+    #: quiet because the server answered 304 to the stored validators: nothing was read or hashed
+    not_modified: bool = False
 
 
 def run_check(io: SourceIO | Fetcher, source: SourceSpec, check: CheckSpec, prior: Prior,
               max_text_bytes: int, now: datetime | None = None, placeholders: dict | None = None) -> Outcome:
     """The outcome of checking `source` once against what was stored last time."""
+    validators = _asking_with(check, prior)
     try:
-        body = read(source, io if isinstance(io, SourceIO) else SourceIO(io), placeholders)
+        fetched = read_checked(source, io if isinstance(io, SourceIO) else SourceIO(io), placeholders, validators)
     except FetchError as exc:
         return Outcome(ERROR, error=exc.message, unreachable=exc.unreachable)
-    return check_body(source, check, prior, body, max_text_bytes, now)
+    if fetched.not_modified:  # the very body raw_hash was taken from: what check_body does when the hash is equal
+        return Outcome(QUIET, raw_hash=prior.raw_hash, content_hash=prior.content_hash or "",
+                       validators=validators, not_modified=True)
+    outcome = check_body(source, check, prior, fetched.body, max_text_bytes, now)
+    return outcome if fetched.validators is None else replace(outcome, validators=fetched.validators)
+
+
+def _asking_with(check: CheckSpec, prior: Prior) -> Validators | None:
+    """The validators to send: only those of a baseline's body, and none while check_body must evaluate even an
+    unchanged body (a check.for count under way), since a 304 brings no body."""
+    if prior.state is None or not prior.raw_hash or not prior.validators:
+        return None
+    return None if hold.pending(check, prior.stored_state() if check.hold_for > 1 else None) else prior.validators
 
 
 def check_body(source: SourceSpec, check: CheckSpec, prior: Prior, body: bytes, max_text_bytes: int,
                now: datetime | None = None) -> Outcome:
     """The pipeline from the hash on, for a body read elsewhere (a command's result sent by its device)."""
     raw_hash = sha256_hex(body)
-    if prior.state is not None and raw_hash == prior.raw_hash:
+    # issue 18: a check.for count under way is evaluated even on unchanged content, so a value that holds and stays
+    # the same still counts; the state is read only for a check with `for` above 1 (engine/checks/hold.py)
+    counting = prior.state is not None and hold.pending(check, prior.stored_state() if check.hold_for > 1 else None)
+    if prior.state is not None and raw_hash == prior.raw_hash and not counting:
         return Outcome(QUIET, raw_hash=raw_hash, content_hash=prior.content_hash or "")
     try:
         content = normalize(source, body, max_text_bytes)
-        if prior.state is not None and content.digest == prior.content_hash:
+        if prior.state is not None and content.digest == prior.content_hash and not counting:
             return Outcome(QUIET, raw_hash=raw_hash, content_hash=content.digest)
         verdict = judge_content(check, content, prior.stored_state(), now)
     except ContentError as exc:

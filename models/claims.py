@@ -87,6 +87,8 @@ class Claimed:
     prev_checked_at: datetime | None
     last_changed_at: datetime | None
     interval_seconds: int = 900
+    etag: str = ""
+    last_modified: str = ""
 
     def state(self) -> dict | None:
         return None if self.state_json is None else json.loads(self.state_json)
@@ -95,8 +97,8 @@ class Claimed:
 _CLAIMED_SQL = (
     'SELECT m.id, m.claim_seq, m.user_id, c.external_id, m.status, m.source, m."check", m.raw_hash, '
     "m.content_hash, m.check_state, m.last_error, m.failure_count, m.check_count, m.last_checked_at, "
-    "m.max_wakes - m.wakes_used, m.unreachable_since, m.prev_checked_at, m.last_changed_at, m.interval_seconds "
-    "FROM monitors m JOIN conversations c ON c.id = m.conversation_id "
+    "m.max_wakes - m.wakes_used, m.unreachable_since, m.prev_checked_at, m.last_changed_at, m.interval_seconds, "
+    "m.etag, m.last_modified FROM monitors m JOIN conversations c ON c.id = m.conversation_id "
     "WHERE m.status = 'active' AND m.id IN ({ids})")
 
 
@@ -111,7 +113,7 @@ def load_claimed(claims: list[tuple[str, int]]) -> list[Claimed]:
         if row[1] == wanted[row[0]]:
             times = [as_time(value) for value in (row[13], row[15], row[16], row[17])]
             found.append(Claimed(*row[:5], json.loads(row[5]), json.loads(row[6]), *row[7:13], times[0],
-                                 max(row[14], 0), *times[1:], row[18]))
+                                 max(row[14], 0), *times[1:], *row[18:21]))
     return found
 
 

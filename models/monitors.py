@@ -14,7 +14,7 @@ from models.compiled import Compiled
 from models.db import database, iso, utcnow
 from models.documents import watch_key
 from models.events import record_event
-from models.results import write_wake
+from models.results import validator_values, write_wake
 from models.runs import stop_runs
 from models.triggers import revoke
 from models.tables import ACTIVE, AWAITING, CANCELLED, DONE, ERROR, EXPIRED, NOT_ENDED, PAUSED, Conversation, Monitor, User
@@ -41,7 +41,8 @@ def create_monitor(user: User, conversation: Conversation, spec: MonitorSpec, ou
     assert outcome.kind == BASELINE and outcome.verdict is not None
     return _create(user, conversation, spec, now, next_check_at=next_at, check_count=1, last_checked_at=now,
                    last_changed_at=now, raw_hash=outcome.raw_hash, content_hash=outcome.content_hash,
-                   check_state=outcome.verdict.state, baseline=outcome.verdict.summary)
+                   check_state=outcome.verdict.state, baseline=outcome.verdict.summary,
+                   **validator_values(outcome.validators))
 
 
 def create_time_monitor(user: User, conversation: Conversation, spec: MonitorSpec, now: datetime,
@@ -179,7 +180,7 @@ def seed_state(monitor: Monitor) -> str:
 
 def monitor_json(monitor: Monitor) -> dict:
     return {**event_payload(monitor), "description": monitor.description, "source": monitor.source,
-            "check": monitor.check, "on_match": monitor.on_match, "interval_seconds": monitor.interval_seconds,
+            "check": check_json(monitor.check), "on_match": monitor.on_match, "interval_seconds": monitor.interval_seconds,
             "next_check_at": iso(monitor.next_check_at) if monitor.status == ACTIVE else None,
             "expires_at": iso(monitor.expires_at), "max_wakes": monitor.max_wakes,
             "baseline": monitor.baseline, "condition": monitor.condition or None,
@@ -187,6 +188,11 @@ def monitor_json(monitor: Monitor) -> dict:
             "lineage": {"depth": monitor.depth, "woken_by": monitor.parent_message_id},
             "monitorState": seed_state(monitor), "fire_count": monitor.fire_count,
             "created_at": iso(monitor.created_at)}
+
+
+def check_json(check: dict | None) -> dict:
+    """The stored check in the tool's own words: `for`, as monitor_create took it (stored as hold_for)."""
+    return {("for" if key == "hold_for" else key): value for key, value in (check or {}).items()}
 
 
 def _past(action: str) -> str:

@@ -61,6 +61,11 @@ def _record_quiet(monitor, claim_seq: int, outcome: Outcome) -> Recorded:
     fields = {}
     if outcome.raw_hash != monitor.raw_hash:
         fields[Monitor.raw_hash] = outcome.raw_hash
+        fields.update(_changed_validators(monitor, outcome.validators))  # the new bytes', or none
+    elif outcome.validators and not (monitor.etag or monitor.last_modified):
+        fields.update(_changed_validators(monitor, outcome.validators))  # learnt once, for the next check to ask
+    # the same bytes under other validators are not written: a server that makes them up on every answer would
+    # cost a row write per check; the stored ones are asked with until the bytes change
     if monitor.last_error or monitor.failure_count or monitor.unreachable_since:
         fields.update({Monitor.last_error: "", Monitor.failure_count: 0, Monitor.unreachable_since: None})
     if fields and not _claimed_update(monitor, claim_seq, fields, bump=False):
@@ -141,9 +146,25 @@ def fire_time_watch(monitor: Monitor, claim_seq: int, fire_at: datetime, now: da
 
 
 def _state_fields(outcome: Outcome, now: datetime) -> dict:
+    """The new state with its raw_hash, and always the validators of the same body (or none)."""
+    validators = outcome.validators
     return {Monitor.raw_hash: outcome.raw_hash, Monitor.content_hash: outcome.content_hash,
             Monitor.check_state: outcome.verdict.state, Monitor.last_changed_at: now, Monitor.failure_count: 0,
-            Monitor.unreachable_since: None, Monitor.last_error: "", Monitor.updated_at: now}
+            Monitor.unreachable_since: None, Monitor.last_error: "", Monitor.updated_at: now,
+            Monitor.etag: validators.etag if validators else "",
+            Monitor.last_modified: validators.last_modified if validators else ""}
+
+
+def validator_values(validators) -> dict:
+    """The monitor's etag and last_modified columns for `validators` (None: none)."""
+    return {"etag": validators.etag if validators else "",
+            "last_modified": validators.last_modified if validators else ""}
+
+
+def _changed_validators(monitor, validators) -> dict:
+    """The validator columns to write: only those that differ from the monitor's."""
+    values = validator_values(validators)
+    return {getattr(Monitor, name): value for name, value in values.items() if getattr(monitor, name) != value}
 
 
 def pause_and_tell(monitor: Monitor, claim_seq: int, reason: str, now: datetime,

@@ -108,6 +108,10 @@ class Monitor(BaseModel):
     depth = peewee.IntegerField(default=0)
     #: a document watch's "<user id>:<item_type>:<item_id>" (m0011): a write queues these monitors' checks
     watch_key = peewee.CharField(max_length=300, null=True, index=True)
+    #: the validators an HTTP source sent with the body raw_hash is of, sent back as If-None-Match and
+    #: If-Modified-Since (m0018); empty when it sent none
+    etag = peewee.TextField(default="")
+    last_modified = peewee.TextField(default="")
 
     class Meta:
         table_name = "monitors"

@@ -12,7 +12,7 @@ from engine.checks.cel import reads_now
 from engine.content import excerpt, sha256_hex
 from engine.pipeline import CHANGED, ERROR, FIRED, QUIET, Outcome, Prior, check_body, run_check
 from engine.errors import ContentError
-from engine.http import FetchError
+from engine.http import FetchError, Validators
 from engine.sources import DOCUMENT_SOURCES
 from adapters.mcp_client import McpError
 from adapters.metrics import count_check
@@ -75,7 +75,8 @@ def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded, Mo
         return check_time_watch(runtime, monitor, now)
     if monitor.source.get("type") in DOCUMENT_SOURCES:
         return check_document(runtime, monitor, now)
-    prior = Prior(monitor.raw_hash, monitor.content_hash, monitor.state if monitor.state_json else None)
+    prior = Prior(monitor.raw_hash, monitor.content_hash, monitor.state if monitor.state_json else None,
+                  Validators(monitor.etag, monitor.last_modified))
     filled = placeholder_values(now, monitor.prev_checked_at, monitor.last_changed_at)
     if monitor.source.get("type") == "tool":
         ran = run_tool_poll(runtime, monitor, prior, filled, now)

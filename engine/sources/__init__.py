@@ -1,5 +1,6 @@
 """What a monitor can watch, one module per kind. Each has FIELDS, parse(raw, policy) -> SourceSpec,
-read(spec, io) -> bytes and normalize(spec, body, max_text_bytes) -> Content."""
+read(spec, io) -> bytes and normalize(spec, body, max_text_bytes) -> Content. A check reads through
+read_checked, which makes an HTTP source's GET conditional."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from engine.errors import SpecError
 from engine.sources import (
     approval, command, document, feed, file, ingest, json_source, metric, page, time_source, tool, webhook,
 )
-from engine.sources.base import SourceIO, SourcePolicy, SourceSpec
+from engine.http import Validators
+from engine.placeholders import has_placeholders
+from engine.sources.base import ConditionalFetcher, Fetched, SourceIO, SourcePolicy, SourceSpec
 
 #: source type -> the module that reads and normalizes it
 KINDS = {"page": page, "json": json_source, "feed": feed, "file": file, "metric": metric, "webhook": webhook,
@@ -26,8 +29,8 @@ SOURCE_TYPES = tuple(KINDS)
 #: the fields read() fills placeholders in; the url's values are percent-encoded
 PLACEHOLDER_FIELDS = ("url", "path", "command")
 
-__all__ = ["DOCUMENT_SOURCES", "ERROR_PATH_SOURCES", "KINDS", "SOURCE_TYPES", "SourceIO", "SourcePolicy", "SourceSpec", "fill_placeholders", "normalize",
-           "parse_source", "read"]
+__all__ = ["DOCUMENT_SOURCES", "ERROR_PATH_SOURCES", "KINDS", "SOURCE_TYPES", "Fetched", "SourceIO", "SourcePolicy", "SourceSpec",
+           "fill_placeholders", "normalize", "parse_source", "read", "read_checked"]
 
 
 def parse_source(raw: object, policy: SourcePolicy = SourcePolicy()) -> SourceSpec:
@@ -57,6 +60,21 @@ def read(spec: SourceSpec, io: SourceIO, placeholders: dict | None = None) -> by
     Without `placeholders` every one is the current time (the first check, when a monitor is created).
     """
     return KINDS[spec.type].read(fill_placeholders(spec, placeholders), io)
+
+
+def read_checked(spec: SourceSpec, io: SourceIO, placeholders: dict | None = None,
+                 validators: Validators | None = None) -> Fetched:
+    """read(), with the source's GET (page, json, feed, metric) asking with `validators`; the answer says
+    whether it was a 304 and which validators to keep. A url with placeholders is another url from one check
+    to the next, so it neither sends nor keeps any."""
+    if spec.url and has_placeholders(spec.url):
+        return Fetched(read(spec, io, placeholders))
+    conditional = ConditionalFetcher(io.fetcher, validators)
+    body = read(spec, replace(io, fetcher=conditional), placeholders)
+    answer = conditional.answer
+    if answer is None:  # not read through HTTP (a file)
+        return Fetched(body)
+    return Fetched(body, answer.validators, answer.not_modified)
 
 
 def normalize(spec: SourceSpec, body: bytes, max_text_bytes: int) -> Content:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from engine.addresses import check_url
 from engine.errors import BlockedURL, FetchError, SpecError
-from engine.http import Fetcher
+from engine.http import Fetcher, Response, Validators
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,33 @@ class SourceIO:
     """The ways a source may read: the guarded fetcher, and the allowed file roots."""
     fetcher: Fetcher
     policy: SourcePolicy = field(default_factory=SourcePolicy)
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """A body as a check read it; through HTTP, also what the server said of it."""
+    body: bytes
+    #: the answer's validators, to ask with next time; None when the source has none to keep
+    validators: Validators | None = None
+    #: a 304: the body is the one the validators sent were taken from, and none was read
+    not_modified: bool = False
+
+
+class ConditionalFetcher:
+    """One check's view of the fetcher: its GET asks with the monitor's validators and keeps the answer, so
+    a source reads as it always does and the check still learns whether it was a 304."""
+
+    def __init__(self, fetcher: Fetcher, validators: Validators | None):
+        self._fetcher, self._validators = fetcher, validators
+        self.answer: Response | None = None
+
+    @property
+    def policy(self):
+        return self._fetcher.policy
+
+    def get(self, url: str, headers: dict[str, str] | None = None) -> Response:
+        self.answer = self._fetcher.get(url, headers, validators=self._validators)
+        return self.answer
 
 
 def parse_url(kind: str, raw: dict) -> str:

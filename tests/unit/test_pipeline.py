@@ -16,7 +16,7 @@ MAX = 64 * 1024
 
 
 class Body:
-    truncated = False
+    truncated, validators, not_modified = False, None, False
 
     def __init__(self, body: bytes):
         self.body = body
@@ -28,7 +28,7 @@ class FakeFetcher:
     def __init__(self, body: bytes = b"", error: Exception | None = None):
         self.body, self.error, self.urls = body, error, []
 
-    def get(self, url):
+    def get(self, url, headers=None, validators=None):
         self.urls.append(url)
         if self.error:
             raise self.error
