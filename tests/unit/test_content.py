@@ -172,6 +172,23 @@ def test_html_to_text_nested_matches_are_read_once():
     assert html_to_text(html, ".x") == "outer\ninner"
 
 
+def test_html_deeper_than_the_cap_keeps_its_text_in_order_with_blocks_parted():
+    from engine.content import MAX_HTML_DEPTH
+
+    deep = MAX_HTML_DEPTH + 100
+    html = "<div>" * deep + "<p>one</p><p>t<b>w</b>o</p>" + "</div>" * deep + "<p>after</p>"
+    assert html_to_text(html) == "one two\nafter"
+
+
+def test_html_within_the_cap_keeps_every_element_for_selectors():
+    from engine.content import MAX_HTML_DEPTH
+
+    # <html><body> take two levels; the paragraphs sit exactly at the cap
+    wrap = MAX_HTML_DEPTH - 3
+    html = "<div>" * wrap + "<p>one</p><p>two</p>" + "</div>" * wrap
+    assert html_to_text(html, "p") == "one\n\ntwo"
+
+
 def test_html_to_text_deeply_nested_selector_matches_stay_fast():
     import time
 
