@@ -15,15 +15,20 @@ import psycopg2
 import pytest
 import redis
 
-from tests.conftest import E2E_DATABASE_URL, require
+from tests.conftest import WORKER, E2E_DATABASE_URL, ensure_database, for_worker_redis, require
 from tests.processes import VIGIL, free_port, start, terminate, vigil, wait_healthy
 from tests.servers import PageServer
 
-E2E_REDIS_URL = os.environ.get("VIGIL_E2E_REDIS_URL", "redis://127.0.0.1:6379/14")
+E2E_REDIS_URL = for_worker_redis(os.environ.get("VIGIL_E2E_REDIS_URL", "redis://127.0.0.1:6379/14"))
 CHROMIUM = os.environ.get("VIGIL_E2E_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run", "--disable-quic"]
 SCREENSHOTS = Path(__file__).parent / "screenshots"
+
+
+def pytest_configure(config) -> None:
+    if WORKER:
+        ensure_database(E2E_DATABASE_URL)
 
 
 @pytest.fixture(scope="session")

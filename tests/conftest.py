@@ -6,15 +6,65 @@ import os
 import socket
 from urllib.parse import urlparse
 
+import psycopg2
+import psycopg2.errors
 import pytest
 
 from tests.servers import PageServer
 
 #: Set by the test command: a missing service fails the run instead of skipping tests.
 REQUIRE_SERVICES = os.environ.get("VIGIL_REQUIRE_SERVICES") == "1"
-TEST_DATABASE_URL = os.environ.get("VIGIL_TEST_DATABASE_URL", "postgresql://vigil:vigil@127.0.0.1:5432/vigil_test")
-E2E_DATABASE_URL = os.environ.get("VIGIL_E2E_DATABASE_URL", "postgresql://vigil:vigil@127.0.0.1:5432/vigil_e2e")
-TEST_REDIS_URL = os.environ.get("VIGIL_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+#: pytest-xdist's worker ("gw0", "gw1", …; "" when tests run in one process): each worker has a database and Redis
+#: database of its own, so two workers never truncate or flush each other's rows
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+
+
+def for_worker_database(url: str) -> str:
+    """`…/vigil_test` → `…/vigil_test_gw1` under worker gw1 (created by ensure_database), unchanged otherwise."""
+    return f"{url}_{WORKER}" if WORKER else url
+
+
+def for_worker_redis(url: str) -> str:
+    """Redis db N → N - 2 × the worker's number (mod 16): the test and e2e dbs (15 and 14 by default) of each
+    worker are apart from every other worker's."""
+    if not WORKER:
+        return url
+    parsed = urlparse(url)
+    number = int(parsed.path.strip("/") or 0)
+    return parsed._replace(path=f"/{(number - 2 * int(WORKER.removeprefix('gw'))) % 16}").geturl()
+
+
+TEST_DATABASE_URL = for_worker_database(
+    os.environ.get("VIGIL_TEST_DATABASE_URL", "postgresql://vigil:vigil@127.0.0.1:5432/vigil_test"))
+E2E_DATABASE_URL = for_worker_database(
+    os.environ.get("VIGIL_E2E_DATABASE_URL", "postgresql://vigil:vigil@127.0.0.1:5432/vigil_e2e"))
+TEST_REDIS_URL = for_worker_redis(os.environ.get("VIGIL_TEST_REDIS_URL", "redis://127.0.0.1:6379/15"))
+
+
+def ensure_database(url: str) -> None:
+    """A worker's own database, created (by the test role, which may CREATEDB) the first time it is needed."""
+    parsed = urlparse(url)
+    name = parsed.path.strip("/")
+    try:
+        conn = psycopg2.connect(parsed._replace(path="/postgres").geturl(), connect_timeout=5)
+    except psycopg2.OperationalError:
+        return  # not reachable: require() says so where a test needs it
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            if cur.fetchone() is None:
+                try:
+                    cur.execute(f'CREATE DATABASE "{name}"')
+                except psycopg2.errors.DuplicateDatabase:
+                    pass
+    finally:
+        conn.close()
+
+
+def pytest_configure(config) -> None:
+    if WORKER:
+        ensure_database(TEST_DATABASE_URL)
 
 
 def require(url: str) -> None:

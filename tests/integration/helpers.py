@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from datetime import timedelta
@@ -102,3 +104,10 @@ def running_stack(tmp_path: Path, *, worker: bool = True, scheduler: bool = Fals
     finally:
         problems = stack.stop_all()
     assert not problems, f"{problems}\n{stack.log_tails()}"
+
+
+def run_coroutine(coroutine):
+    """asyncio.run in a thread of its own: under ./scripts/test's workers an e2e file may have run first in this
+    process, and Playwright's sync API leaves its event loop running in the main thread, where asyncio.run refuses."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.conftest import TEST_REDIS_URL
+from tests.integration.helpers import run_coroutine
 from adapters.events import make_bus
 
 
@@ -22,4 +23,4 @@ def test_events_reach_subscribers_of_this_vigil_only(postgres):
             assert queue.empty(), "nothing else may arrive"
             return received
 
-    assert asyncio.run(scenario()) == [("monitor.updated", {"n": 1}), ("message.created", {"n": 2})]
+    assert run_coroutine(scenario()) == [("monitor.updated", {"n": 1}), ("message.created", {"n": 2})]

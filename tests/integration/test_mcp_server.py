@@ -21,8 +21,8 @@ from mcp.client.streamable_http import create_mcp_http_client, streamable_http_c
 from mcp.shared.exceptions import MCPError
 
 import tool_schema
-from models.tables import Monitor
-from tests.integration.helpers import db, running_stack
+from models.tables import Conversation, Monitor
+from tests.integration.helpers import db, run_coroutine, running_stack
 from tests.reliability.stack import Stack
 
 TOOLS = ["monitor_create", "monitor_list", "monitor_cancel", "wakes_read"]
@@ -61,7 +61,7 @@ def session(base: str, token: str | None, steps, statuses: list | None = None):
                     async with ClientSession(streams[0], streams[1]) as client:
                         await client.initialize()
                         return await steps(client)
-    return asyncio.run(main())
+    return run_coroutine(main())
 
 
 async def call(client: ClientSession, name: str, arguments: dict) -> dict:
