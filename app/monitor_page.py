@@ -12,10 +12,12 @@ from litestar.response import Redirect, Template
 from app.auth import api_user, csrf_token, session_user
 from app.openapi import errors
 from app.templating import render
-from models import connection
+from engine.describe import expecting
+from models import connection, utcnow
 from models.conversations import user_conversations
 from models.events import history, item_json
 from models.monitors import find_monitor, monitor_json
+from models.tables import ACTIVE
 
 MAX_LIMIT = 200
 NO_STORE = {"Cache-Control": "no-store"}
@@ -67,8 +69,11 @@ class MonitorPageController(Controller):
 
 
 def evidence(monitor) -> dict:
-    """What the evidence partial renders: the monitor, its JSON, the timeline's first page."""
+    """What the evidence partial renders: the monitor, its JSON, the timeline's first page, and a trigger link's
+    expected deliveries."""
     timeline = history(monitor, None, 100)
     last_event_at = next((item["at"] for item in timeline["items"]
                           if item["kind"] not in ("quiet", "baseline", "armed")), None)
-    return {"monitor": monitor, "info": monitor_json(monitor), "timeline": timeline, "last_event_at": last_event_at}
+    due_at = monitor.expect_due_at if monitor.status == ACTIVE else None
+    return {"monitor": monitor, "info": monitor_json(monitor), "timeline": timeline, "last_event_at": last_event_at,
+            "expecting": expecting(monitor.source, due_at, monitor.expect_missed_since, utcnow())}

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import datetime
 
 from engine.checks.base import format_number
 from engine.checks.threshold import OP_NAMES
 from engine.durations import describe_duration
+from engine.expect import expecting_words, parse_expect, terms
 from engine.sources.ingest import CONDITION as INGEST_CONDITION
 
 #: event sources -> when they are checked, in the row's "Every" cell
@@ -78,10 +80,26 @@ def _webhook(source: dict, hits: int | None) -> str:
     scheme = source.get("signature") or "none"
     signed = "unsigned" if scheme == "none" else scheme
     limit = source.get("max_hits")
+    expected = f" · {_expected(source['expect'])}" if source.get("expect") else ""
     if limit is None:
-        return f"trigger link ({signed})"
+        return f"trigger link ({signed}){expected}"
     count = f"{hits} of {limit}" if hits is not None else f"up to {limit}"
-    return f"trigger link ({signed}) · {count} hits"
+    return f"trigger link ({signed}) · {count} hits{expected}"
+
+
+def _expected(raw: dict) -> str:
+    """ "expected every day at 02:30 (Europe/Paris), grace 30m"."""
+    expect = parse_expect(raw)
+    return f"{terms(expect)} ({expect.tz})"
+
+
+def expecting(source: dict, due_at: datetime | None, missed_since: datetime | None, now: datetime) -> str | None:
+    """A trigger link's expected deliveries on the monitor page: when the next one is due (`due_at` None while
+    the monitor is not active), and since when they have been missing; None without an expect."""
+    raw = (source or {}).get("expect")
+    if not raw:
+        return None
+    return expecting_words(parse_expect(raw), due_at, missed_since, now)
 
 
 def _page(source: dict) -> str:

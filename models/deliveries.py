@@ -22,6 +22,7 @@ from models.compiled import Compiled
 from models.db import database
 from models.judging import JudgePolicy, judge_match
 from models.events import record_event
+from models.expect import arrived
 from models.results import Lifecycle, Recorded, pause_and_tell, record_check, record_judge_failure, write_wake
 from models.tables import ACTIVE, Conversation, Delivery, Monitor, TriggerLink
 
@@ -163,3 +164,4 @@ _MARK = Compiled(lambda delivery_id, now, outcome: (
 def _mark(delivery: Delivery, now: datetime, outcome: str) -> None:
     if _MARK.rowcount(delivery.id, now, outcome) != 1:
         raise _Lost()
+    arrived(delivery.link.monitor, now)  # an expected delivery came: its deadline moves on (models/expect)

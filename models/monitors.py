@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 
 
 from engine.pipeline import BASELINE, Outcome
+from engine.expect import deadline_of
 from engine.spec import MonitorSpec, spec_to_record
 from engine.wake import expired_text
 from models.claims import Claimed
@@ -62,7 +63,8 @@ def create_document_monitor(user: User, conversation: Conversation, spec: Monito
 def create_event_monitor(user: User, conversation: Conversation, spec: MonitorSpec, now: datetime) -> Monitor:
     """A monitor whose events arrive (a trigger link): never claimed by the scheduler."""
     expires_at = now + timedelta(seconds=spec.ttl_seconds)
-    return _create(user, conversation, spec, now, next_check_at=expires_at, polled=False, check_state={})
+    return _create(user, conversation, spec, now, next_check_at=expires_at, polled=False, check_state={},
+                   expect_due_at=deadline_of(spec.source.expect, now))
 
 
 def _create(user: User, conversation: Conversation, spec: MonitorSpec, now: datetime, **fields) -> Monitor:
@@ -101,7 +103,8 @@ def change_status(user: User, monitor_id: str, action: str) -> Monitor:
     fields = {Monitor.status: target, Monitor.updated_at: utcnow()}
     if action == "resume":
         fields.update({Monitor.next_check_at: utcnow(), Monitor.failure_count: 0, Monitor.judge_failures: 0,
-                       Monitor.unreachable_since: None, Monitor.last_error: ""})
+                       Monitor.unreachable_since: None, Monitor.last_error: "",
+                       Monitor.expect_due_at: deadline_of((monitor.source or {}).get("expect"), utcnow())})
     updated = Monitor.update(fields).where((Monitor.id == monitor.id) & (Monitor.status == monitor.status)).execute()
     if updated != 1:
         raise TransitionRefused("the monitor changed meanwhile; try again")

@@ -112,6 +112,14 @@ class Monitor(BaseModel):
     #: If-Modified-Since (m0018); empty when it sent none
     etag = peewee.TextField(default="")
     last_modified = peewee.TextField(default="")
+    #: a trigger link's expected deliveries (m0019, engine/expect.py): the deadline the next delivery must beat
+    #: (None without an expect); since when, for how many windows, no delivery came; and when one came back
+    #: after that, until the scheduler has said so. Partial indexes (WHERE … IS NOT NULL): (status, expect_due_at)
+    #: and (expect_back_at)
+    expect_due_at = peewee.DateTimeField(null=True)
+    expect_missed_since = peewee.DateTimeField(null=True)
+    expect_missed_count = peewee.IntegerField(default=0)
+    expect_back_at = peewee.DateTimeField(null=True)
 
     class Meta:
         table_name = "monitors"

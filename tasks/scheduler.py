@@ -16,6 +16,7 @@ from models.claims import claim_due, release
 from engine.pipeline import ERROR, Outcome
 from models.commands import expire_runs, unchecked_results
 from models.devices import mark_offline
+from models.expect import miss_due
 from models.runs import end_forgotten_stops
 from models.monitors import expire_due, load_for_check
 from models.results import record_check
@@ -42,6 +43,8 @@ def tick(now: datetime, batch_size: int) -> int:
     """One pass: end expired monitors, queue due wake pushes, claim due monitors and enqueue a check for each.
     Returns how many monitors."""
     for monitor, message in expire_due(now):
+        publish_monitor(monitor, message)
+    for monitor, message in miss_due(now, current().lifecycle):  # trigger links whose deliveries stopped coming
         publish_monitor(monitor, message)
     devices_tick(now)
     _sweep_pushes(now)

@@ -22,6 +22,8 @@ class SourceSpec:
     labels: dict | None = None
     signature: str | None = None
     max_hits: int | None = None
+    #: a webhook's expected deliveries, as given (engine/expect.py): silence past its deadline wakes
+    expect: dict | None = None
     question: str | None = None
     details: str | None = None
     options: tuple[str, ...] | None = None

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from engine.content import Content, json_content, tidy
 from engine.errors import ContentError, SpecError
+from engine.expect import parse_expect
 from engine.http import FetchError
 from engine.sources.base import SourceIO, SourcePolicy, SourceSpec
 
-FIELDS = frozenset({"type", "signature", "max_hits"})
+FIELDS = frozenset({"type", "signature", "max_hits", "expect"})
 SIGNATURES = ("none", "github", "standard_webhooks", "hmac_sha256")
 DEFAULT_MAX_HITS = 1000
 
@@ -20,7 +21,10 @@ def parse(raw: dict, policy: SourcePolicy) -> SourceSpec:
     hits = raw.get("max_hits", DEFAULT_MAX_HITS)
     if isinstance(hits, bool) or not isinstance(hits, int) or hits < 1:
         raise SpecError(f"source.max_hits must be a whole number of at least 1 (got {hits!r}).")
-    return SourceSpec(type="webhook", signature=signature, max_hits=hits)
+    expect = raw.get("expect")
+    if expect is not None:
+        parse_expect(expect)  # refused here in one sentence; kept as the agent gave it
+    return SourceSpec(type="webhook", signature=signature, max_hits=hits, expect=expect)
 
 
 def read(spec: SourceSpec, io: SourceIO) -> bytes:

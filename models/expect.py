@@ -1,0 +1,146 @@
+"""Expected deliveries (issue 18): a trigger link whose deliveries stop coming wakes its conversation once per
+missed window, and the next delivery says it is back.
+
+Each delivery moves the monitor's deadline (`arrived`, one UPDATE in the delivery's transaction). The scheduler's
+tick calls `miss_due`, which claims the monitors past their deadline by compare-and-set on that deadline and
+their claim number, so two schedulers (or a replayed tick) wake once, and the unique wake key, taken from the
+missed expected time, guards it again. It also writes the "back" notices the deliveries left for it, so they
+are published like every other wake. Engine/expect.py holds the rules; this module only loads and stores.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from peewee import Case, fn
+
+from engine.expect import (
+    Expect, Missed, back_text, deadline, local_time, missed, missed_text, parse_expect, terms,
+)
+from models.compiled import Compiled
+from models.db import database, iso
+from models.events import record_event
+from models.monitors import load_for_check
+from models.results import (
+    Lifecycle, Recorded, daily_cap_reason, end_in_error, over_daily_cap, pause_and_tell, wakes_in_last_hour,
+    write_wake,
+)
+from models.tables import ACTIVE, DONE, Conversation, Delivery, Monitor, TriggerLink
+
+#: monitors claimed at most per tick, for each of the two passes
+LIMIT = 500
+
+# One statement for every delivery of a link with an expect: the new deadline, and, when the row (not this
+# worker's copy) says deliveries were missing, the time one came back, for the scheduler to announce.
+_ARRIVED = Compiled(lambda due, now, monitor_id: Monitor.update({
+    Monitor.expect_due_at: due,
+    Monitor.expect_back_at: fn.COALESCE(Monitor.expect_back_at,
+                                        Case(None, ((Monitor.expect_missed_since.is_null(False), now),))),
+}).where(Monitor.id == monitor_id))
+
+
+def arrived(monitor: Monitor, now: datetime) -> None:
+    """A delivery of `monitor`'s link was processed at `now`: its deadline moves on. Free for links without an
+    expect (the stored source says so), and for monitors that are not active (a resume restarts the clock)."""
+    raw = (monitor.source or {}).get("expect")
+    if raw is None or monitor.status != ACTIVE:
+        return
+    due = deadline(parse_expect(raw), now)
+    _ARRIVED.rowcount(due, now, monitor.id)
+    monitor.expect_due_at = due
+
+
+def _with_conversation():
+    return Monitor.select(Monitor, Conversation.id, Conversation.external_id).join(Conversation)
+
+
+def _due(now: datetime, limit: int) -> list[Monitor]:
+    query = (_with_conversation().where((Monitor.status == ACTIVE) & (Monitor.expect_due_at <= now))
+             .order_by(Monitor.expect_due_at).limit(limit))
+    return list(query)
+
+
+def _back(limit: int) -> list[Monitor]:
+    return list(_with_conversation().where(Monitor.expect_back_at.is_null(False)).limit(limit))
+
+
+def miss_due(now: datetime, life: Lifecycle = Lifecycle(), limit: int = LIMIT) -> list[tuple[Monitor, object]]:
+    """Announce the deliveries that came back, then wake each active monitor whose deadline passed, once per
+    missed window. Returns each monitor told (as it is now) with the wake written, for the caller to publish."""
+    told = []
+    for monitor in _back(limit):
+        message = _announce_back(monitor)
+        if message is not None:
+            told.append((load_for_check(monitor.id), message))
+    for monitor in _due(now, limit):
+        recorded = _miss(monitor, now, life)
+        if recorded.written:
+            told.append((load_for_check(monitor.id), recorded.woke))
+    return told
+
+
+def _announce_back(monitor: Monitor):
+    """The notice that deliveries came back, once per run of misses (its key is when the run began)."""
+    since, count, back_at = monitor.expect_missed_since, monitor.expect_missed_count, monitor.expect_back_at
+    with database.atomic():
+        cleared = (Monitor.update({Monitor.expect_back_at: None, Monitor.expect_missed_since: None,
+                                   Monitor.expect_missed_count: 0})
+                   .where((Monitor.id == monitor.id) & (Monitor.expect_back_at == back_at)).execute())
+        if cleared != 1 or since is None:
+            return None
+        expect = parse_expect(monitor.source["expect"])
+        text = back_text(monitor.description, expect, back_at, since, max(count, 1))
+        record_event(monitor, "back", "", back_at, {"reason": text})
+        return write_wake(monitor, "trigger_back", f"expect:back:{iso(since)}", text,
+                          {"missed_since": iso(since), "missed_windows": count, "arrived_at": iso(back_at)})
+
+
+def _miss(monitor: Monitor, now: datetime, life: Lifecycle) -> Recorded:
+    """One missed window (or several, when the tick ran late): a wake that counts like a fire, within the
+    monitor's max_wakes, the hourly cap (past it, a pause) and the conversation's daily cap (an end in error)."""
+    if _waiting(monitor.id, monitor.expect_due_at):
+        return Recorded(False)  # a delivery came in time and is still on its way through the queue
+    expect = parse_expect(monitor.source["expect"])
+    miss = missed(expect, monitor.expect_due_at, now)
+    with database.atomic():
+        if over_daily_cap(monitor, now, life):
+            return end_in_error(monitor, monitor.claim_seq, daily_cap_reason(life, _finding(expect, miss)), now)
+        if wakes_in_last_hour(monitor.id, now) >= life.max_wakes_per_hour:
+            reason = (f"It would have woken you more than {life.max_wakes_per_hour} times in an hour; "
+                      f"the latest finding was: {_finding(expect, miss)}")
+            return pause_and_tell(monitor, monitor.claim_seq, reason, now)
+        last = monitor.wakes_used + 1 >= monitor.max_wakes
+        if not _claim_window(monitor, miss, last, now):
+            return Recorded(False)
+        text = missed_text(monitor.description, expect, miss, now, last=last)
+        record_event(monitor, "missed", _finding(expect, miss), now, {"reason": text})
+        extra = {"expected_at": iso(miss.expected), "missed_windows": miss.windows,
+                 "next_expected_by": iso(miss.next_due)}
+        return Recorded(True, write_wake(monitor, "trigger_missed", f"expect:missed:{iso(miss.expected)}", text,
+                                         extra))
+
+
+def _claim_window(monitor: Monitor, miss: Missed, last: bool, now: datetime) -> bool:
+    """Compare-and-set on the deadline and the claim: only one scheduler moves this deadline on."""
+    fields = {Monitor.expect_due_at: miss.next_due,
+              Monitor.expect_missed_since: fn.COALESCE(Monitor.expect_missed_since, miss.expected),
+              Monitor.expect_missed_count: Monitor.expect_missed_count + miss.windows,
+              Monitor.wakes_used: Monitor.wakes_used + 1, Monitor.fire_count: Monitor.fire_count + 1,
+              Monitor.claim_seq: Monitor.claim_seq + 1, Monitor.status: DONE if last else ACTIVE,
+              Monitor.updated_at: now}
+    changed = Monitor.update(fields).where(
+        (Monitor.id == monitor.id) & (Monitor.status == ACTIVE) & (Monitor.claim_seq == monitor.claim_seq)
+        & (Monitor.expect_due_at == monitor.expect_due_at)).execute()
+    return changed == 1
+
+
+def _waiting(monitor_id: str, due: datetime) -> bool:
+    """Whether a delivery received by the deadline has not been processed yet."""
+    return (Delivery.select().join(TriggerLink)
+            .where((TriggerLink.monitor == monitor_id) & Delivery.processed_at.is_null()
+                   & (Delivery.received_at <= due)).exists())
+
+
+def _finding(expect: Expect, miss: Missed) -> str:
+    """ "no delivery by 2026-03-28 02:30 (Europe/Paris); expected every day at 02:30, grace 30m"."""
+    return f"no delivery by {local_time(expect, miss.expected)} ({expect.tz}); {terms(expect)}"
