@@ -73,6 +73,9 @@ class Settings:
     """Normalized text is cut at this size. Default 262144 (256 KiB)."""
     FETCH_ALLOW_LOOPBACK: bool = False
     """Allow sources on 127.0.0.0/8 and ::1 (tests, local dashboards). Default false."""
+    FETCH_SHARED_CACHE_BYTES: int = 8 * 1024 * 1024
+    """Memory each worker process keeps the answers of recent fetches in, so monitors of the same url share one
+    fetch per interval window; 0 turns sharing off. Default 8388608 (8 MiB)."""
     MONITOR_UNREACHABLE_GRACE_SECONDS: int = 6 * 3600
     """How long a source may stay unreachable (down, timing out, 5xx, 429) before the monitor pauses
     and tells the agent. Default 21600 (6 hours)."""
@@ -210,6 +213,8 @@ class Settings:
                      "API_MAX_BODY_BYTES", "WEB_THREADS", "WEB_PUBLIC_THREADS", "DATABASE_MAX_CONNECTIONS"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{name} must be at least 1")
+        if self.FETCH_SHARED_CACHE_BYTES < 0:
+            raise SettingsError("FETCH_SHARED_CACHE_BYTES must be 0 (sharing off) or more")
         if self.WAKE_PUSH_LEASE_SECONDS < 20:
             raise SettingsError("WAKE_PUSH_LEASE_SECONDS must be at least 20 (a push may take 15 s)")
         for name in ("CREATE_FETCH_TIMEOUT_SECONDS", "WEB_HEADER_TIMEOUT_SECONDS", "WAKE_PUSH_SWEEP_SECONDS"):

@@ -4,7 +4,8 @@ Run as its own process (`python -m bench.pages --count 1000 --port 8765`) so its
 counted in the bench process or in Vigil's. HTTP/1.1 keep-alive, one thread per connection.
 `page_html(i)` is deterministic, so the bench computes the same bytes without asking the server.
 With `--etag` each page is sent with an ETag (`page_etag(i)`) and a request whose If-None-Match is
-that ETag is answered 304 with no body.
+that ETag is answered 304 with no body. GET /stats says how many 304s it answered, GET /stats/gets how many pages
+(200 or 304).
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import random
+import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import requests
 
 PAGE_BYTES = 5 * 1024
 _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november "
@@ -66,14 +70,21 @@ class _Handler(BaseHTTPRequestHandler):
 
     #: 304s answered, for the bench to tell its checks were conditional (GET /stats)
     not_modified = 0
+    #: GETs of pages answered, 200 or 304, for the bench to count fetches (GET /stats/gets)
+    served = 0
+    lock = threading.Lock()
 
     def do_GET(self) -> None:
         body, status, etag = b"not found", 404, None
         if self.path == "/stats":
             body, status = str(_Handler.not_modified).encode(), 200
+        elif self.path == "/stats/gets":
+            body, status = str(_Handler.served).encode(), 200
         prefix, _, number = self.path.rpartition("/")
         if prefix == "/p" and number.isdigit() and int(number) < len(self.pages):
             body, status = self.pages[int(number)], 200
+            with _Handler.lock:  # exact: the shared-fetch bench compares this count with a goal
+                _Handler.served += 1
             etag = self.etags[int(number)] if self.etags else None
             if etag and self.headers.get("If-None-Match") == etag:
                 body, status = b"", 304
@@ -89,6 +100,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:
         pass
+
+
+def not_modified(base: str) -> int:
+    """The 304s the page server at `base` has answered so far."""
+    return int(requests.get(f"{base}/stats", timeout=5).text)
+
+
+def served(base: str) -> int:
+    """The page GETs (200 or 304) the page server at `base` has answered so far."""
+    return int(requests.get(f"{base}/stats/gets", timeout=5).text)
 
 
 class PageServer(ThreadingHTTPServer):

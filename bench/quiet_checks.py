@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Quiet-check benchmark: what one unchanged-page check costs in Vigil, next to its physical limit.
 
-    .venv/bin/python bench/quiet_checks.py [--monitors 1000] [--seconds-per-loop 8] [--rounds 2] [--conditional]
+    .venv/bin/python bench/quiet_checks.py [--monitors 1000] [--seconds-per-loop 8] [--rounds 2] [--conditional | --shared]
 
 Baseline A: one requests.Session, GET + sha256 of the body (what a quiet check must do at least).
 Baseline B: GET + engine.content.html_to_text + sha256 (what it would cost if it parsed every time).
@@ -10,6 +10,8 @@ Vigil: the real worker (`python -m dramatiq tasks.main --processes 1 --threads 4
 checking N monitors whose pages never change, so every check is quiet.
 With --conditional the pages carry ETags and answer Vigil's If-None-Match with 304 (no body read or hashed);
 the baselines still GET the whole page, and a baseline C GETs each page with its ETag (a bare 304 loop).
+With --shared (bench/quiet_shared.py): N monitors over --distinct urls against N monitors over N urls, the page
+server counting GETs per round.
 
 Everything is reported as ratios measured in this same run; nothing here asserts on time.
 See bench/README.md for how to read the output.
@@ -44,7 +46,7 @@ from bench.common import (  # noqa: E402,F401  (some re-exported: the other benc
     clean_up, command_cpu, ensure_database, failed, figure, free_port, prepare, publish, record, reset_schema,
     seed_page_monitors, tree_cpu, tree_size, versions, wait_listening,
 )
-from bench.pages import PAGE_BYTES, page_etag, page_html  # noqa: E402
+from bench.pages import PAGE_BYTES, not_modified, page_etag, page_html, served  # noqa: E402
 from engine.content import html_to_text  # noqa: E402
 
 #: Long enough that neither a claim's lease nor the next due time comes round during a round:
@@ -255,11 +257,14 @@ def wait_checked(stats: Stats, target: int, procs: Processes, timeout: float, po
         time.sleep(poll)
 
 
-def run_vigil(base: str, n: int, rounds: int, server_pid: int, procs: Processes) -> Measure:
+def run_vigil(base: str, n: int, rounds: int, server_pid: int, procs: Processes, create=None,
+              before_round=None) -> Measure:
+    """The real worker and scheduler over N monitors, made by `create(base, n)` (default create_monitors);
+    `before_round()` runs before each measured round is made due."""
     ensure_database()
     reset_schema()
     print(f"  creating {n} monitors (baseline check through the real pipeline) …", flush=True)
-    create_monitors(base, n)
+    (create or create_monitors)(base, n)
     rds = redis.Redis.from_url(REDIS_URL)
     rds.flushdb()
     stats = Stats()
@@ -281,21 +286,24 @@ def run_vigil(base: str, n: int, rounds: int, server_pid: int, procs: Processes)
         redis_calls: dict[str, int] = defaultdict(int)
         redis_cpu = postgres_cpu = scheduler_cpu = 0.0
         for number in range(1, rounds + 1):
+            if before_round is not None:
+                before_round()
             _, claims_before = stats.progress()
+            gets_before = served(base)
             before = sample(worker.pid, scheduler.pid, server_pid, rds)
             started_at = datetime.now(timezone.utc).replace(tzinfo=None)
             bench_rows += stats.make_all_due()
             os.kill(scheduler.pid, signal.SIGCONT)
             checks_now, claims_after = wait_checked(stats, checks + n, procs, timeout=max(120, n / 2))
             after = sample(worker.pid, scheduler.pid, server_pid, rds)
-            if number == rounds:
-                os.kill(scheduler.pid, signal.SIGSTOP)
+            os.kill(scheduler.pid, signal.SIGSTOP)  # nothing is claimed between rounds
             wall = (stats.last_checked() - started_at).total_seconds()
             done = checks_now - checks
             checks = checks_now
             r = Measure(f"round {number}", done, wall, after.worker - before.worker, after.server - before.server)
             r.extra.update(scheduler=after.scheduler - before.scheduler, postgres=after.postgres - before.postgres,
-                           redis=after.redis["cpu"] - before.redis["cpu"], claims=claims_after - claims_before)
+                           redis=after.redis["cpu"] - before.redis["cpu"], claims=claims_after - claims_before,
+                           gets=served(base) - gets_before)
             per_round.append(r)
             for name, calls in after.redis["calls"].items():
                 redis_calls[name] += calls - before.redis["calls"].get(name, 0)
@@ -439,7 +447,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conditional", action="store_true",
                         help="pages with ETags: Vigil's quiet checks are answered 304 (goal ≤ 0.7× baseline A)")
     parser.add_argument("--page-bytes", type=int, default=PAGE_BYTES, help="each page's size (default 5 KiB)")
+    parser.add_argument("--shared", action="store_true",
+                        help="N monitors over --distinct urls vs N over N urls (bench/quiet_shared.py): GETs per "
+                             "round and worker CPU (goals ≤ 110 GETs per round for 100 urls, ≤ 0.2× the CPU)")
+    parser.add_argument("--distinct", type=int, default=100, help="with --shared: the distinct urls (default 100)")
     args = parser.parse_args(argv)
+    if args.shared:
+        from bench.quiet_shared import main as shared_main
+
+        return shared_main(args)
     header, procs = prepare()
     n = args.monitors
     try:
@@ -476,11 +492,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         clean_up(procs, REDIS_URL)
     return publish("quiet_checks_conditional.md" if args.conditional else "quiet_checks.md", text_out)
-
-
-def not_modified(base: str) -> int:
-    """The 304s the page server has answered so far."""
-    return int(requests.get(f"{base}/stats", timeout=5).text)
 
 
 if __name__ == "__main__":

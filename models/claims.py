@@ -9,6 +9,7 @@ from datetime import datetime
 import peewee
 
 from engine.schedule import next_check_at
+from engine.shared_fetch import claim_order
 from models.db import database
 from models.tables import ACTIVE, Monitor
 
@@ -20,7 +21,7 @@ def claim_due(now: datetime, limit: int) -> list[tuple[str, int]]:
     claimed again at that next due time.
     """
     with database.atomic(*_immediate()):
-        query = (Monitor.select(Monitor.id, Monitor.claim_seq, Monitor.interval_seconds)
+        query = (Monitor.select(Monitor.id, Monitor.claim_seq, Monitor.interval_seconds, Monitor.source)
                  .where((Monitor.status == ACTIVE) & Monitor.polled & (Monitor.next_check_at <= now)
                         & (Monitor.expires_at > now))
                  .order_by(Monitor.next_check_at).limit(limit))
@@ -29,7 +30,13 @@ def claim_due(now: datetime, limit: int) -> list[tuple[str, int]]:
         rows = list(query.tuples())
         if rows:
             _mark_claimed(now, [(row[0], next_check_at(now, row[2])) for row in rows])
+    rows.sort(key=lambda row: claim_order(_as_dict(row[3])))  # one url's monitors in one batch: one shared fetch
     return [(row[0], row[1] + 1) for row in rows]
+
+
+def _as_dict(source) -> dict:
+    """A JSON column as selected in a tuple: text (SQLite, and PostgreSQL's text column) or already parsed."""
+    return source if isinstance(source, dict) else json.loads(source or "{}")
 
 
 def _mark_claimed(now: datetime, next_times: list[tuple[str, datetime]]) -> None:

@@ -13,13 +13,14 @@ from engine.content import excerpt, sha256_hex
 from engine.pipeline import CHANGED, ERROR, FIRED, QUIET, Outcome, Prior, check_body, run_check
 from engine.errors import ContentError
 from engine.http import FetchError, Validators
+from engine.shared_fetch import Window
 from engine.sources import DOCUMENT_SOURCES
 from adapters.mcp_client import McpError
 from adapters.metrics import count_check
 from engine.tools import RUN_SECONDS, mcp_fingerprint, mcp_run_body, poll_tool
 from models.connections import credentials, find_connection, pick_tool
 from models.tools import ToolRefused
-from engine.placeholders import values as placeholder_values
+from engine.placeholders import has_placeholders, values as placeholder_values
 from engine.sources.time_source import parse_time
 from engine.spec import check_from_record, source_from_record
 from models import utcnow
@@ -77,15 +78,18 @@ def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded, Mo
         return check_document(runtime, monitor, now)
     prior = Prior(monitor.raw_hash, monitor.content_hash, monitor.state if monitor.state_json else None,
                   Validators(monitor.etag, monitor.last_modified))
-    filled = placeholder_values(now, monitor.prev_checked_at, monitor.last_changed_at)
     if monitor.source.get("type") == "tool":
-        ran = run_tool_poll(runtime, monitor, prior, filled, now)
+        ran = run_tool_poll(runtime, monitor, prior, filled_in(monitor, now), now)
         if isinstance(ran, tuple):
             return ran  # refused: the monitor was paused or ended, and told
         outcome = ran
     else:
-        outcome = run_check(runtime.source_io(), source_from_record(monitor.source), check_from_record(monitor.check),
-                            prior, runtime.settings.FETCH_MAX_TEXT_BYTES, now=now, placeholders=filled)
+        # the placeholders' values only for a source that has some: formatting them costs ~10 µs a check
+        filled = filled_in(monitor, now) if any(isinstance(value, str) and has_placeholders(value)
+                                                for value in monitor.source.values()) else {}
+        outcome = run_check(runtime.check_io(fetch_window(monitor, now)), source_from_record(monitor.source),
+                            check_from_record(monitor.check), prior, runtime.settings.FETCH_MAX_TEXT_BYTES, now=now,
+                            placeholders=filled)
     if outcome.kind == QUIET:
         return outcome, record_check(monitor, monitor.claim_seq, outcome, now, runtime.lifecycle), None
     full = load_for_check(monitor.id)
@@ -102,6 +106,17 @@ def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded, Mo
         return outcome, record_judge_failure(full, monitor.claim_seq, step.failure, now), full
     return step.outcome, record_check(full, monitor.claim_seq, step.outcome, now, runtime.lifecycle,
                                       unchecked=step.unchecked), full
+
+
+def filled_in(monitor: Claimed, now) -> dict:
+    """What each placeholder a source's url, path or command holds stands for in this check."""
+    return placeholder_values(now, monitor.prev_checked_at, monitor.last_changed_at)
+
+
+def fetch_window(monitor: Claimed, now) -> Window:
+    """Which fetches this check may share: those made for claims of its interval window since its previous claim
+    (the claim's time is the scheduler's, so monitors due at different seconds of one window share)."""
+    return Window(monitor.user_id, monitor.interval_seconds, monitor.last_checked_at or now, monitor.prev_checked_at)
 
 
 def check_time_watch(runtime: Runtime, monitor: Claimed, now) -> tuple[Outcome, Recorded, Monitor | None]:

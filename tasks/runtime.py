@@ -10,6 +10,7 @@ import requests
 from engine.crypto import Keyring
 from engine.http import FetchPolicy, Fetcher
 from engine.judge import JudgeModel
+from engine.shared_fetch import SharedFetches, Window
 from engine.sources import SourceIO, SourcePolicy
 from models.devices import Presence
 from models.events import keep_events
@@ -40,6 +41,9 @@ class Runtime:
         self.judge_policy = JudgePolicy(keyring=self.keyring, fallback=default_judge(settings),
                                         failures_limit=settings.SCHEDULE_AUTOPAUSE_FAILURES,
                                         token_budget=settings.MONITOR_JUDGE_TOKEN_BUDGET)
+        #: this process's shared fetches (engine/shared_fetch.py): its threads share them, other worker processes
+        #: have their own, so N processes make at most N GETs per distinct request per interval window
+        self.shared_fetches = SharedFetches(settings.FETCH_SHARED_CACHE_BYTES, settings.FETCH_TIMEOUT_SECONDS)
 
     def fetcher(self) -> Fetcher:
         """This thread's fetcher: its connections are reused from check to check."""
@@ -50,6 +54,10 @@ class Runtime:
 
     def source_io(self) -> SourceIO:
         return SourceIO(self.fetcher(), self.source_policy)
+
+    def check_io(self, window: Window) -> SourceIO:
+        """This thread's sources for a polled check, its GETs shared with identical requests of `window`."""
+        return SourceIO(self.shared_fetches.fetcher(self.fetcher(), window), self.source_policy)
 
     def create_io(self) -> SourceIO:
         """This thread's sources for first checks at create: the shorter CREATE_FETCH_TIMEOUT_SECONDS."""
