@@ -12,7 +12,8 @@ from litestar.exceptions import ValidationException
 from litestar.params import Body, FromQuery
 
 from models import connection, utcnow
-from models.conversations import conversation_for
+from models.conversations import conversation_for, find_conversation
+from models.dry_run import dry_run_result, first_read, prepare_dry_run, wants_dry_run
 from models.tool_actions import (
     WATCH_ACTIONS, CreateContext, Prepared, ToolError, first_check, monitor_cancel, monitor_list, prepare_create,
     store_create, watch_list, watch_start, watch_stop,
@@ -26,7 +27,7 @@ from app.settings import limits_from
 from adapters.mcp_client import McpError, list_tools
 from engine.sources import DOCUMENT_SOURCES
 from models.connections import credentials, find_connection
-from models.tables import ACTIVE, User
+from models.tables import ACTIVE, Conversation, User
 from tasks.checks import queue_claims
 from tasks.events import publish_monitor
 from tasks.runtime import current
@@ -72,14 +73,17 @@ async def run_call(caller: Caller, action: str, arguments: dict, context: dict) 
     gate = create_gate(settings.CREATE_CONCURRENCY, settings.CREATE_CONCURRENCY_PER_ACCOUNT)
     deadline = settings.CREATE_FETCH_TIMEOUT_SECONDS
     checked_at = utcnow()
+    read = first_check if first.dry_run is None else first_read
     try:
-        outcome = await gate.run(first.user_id, lambda: first_check(
+        outcome = await gate.run(first.user_id, lambda: read(
             first, current().create_io(), settings.FETCH_MAX_TEXT_BYTES, checked_at), deadline + 1)
     except Busy as exc:
         return {"ok": False, "error": str(exc)}
     except asyncio.TimeoutError:
         return {"ok": False, "error": f"The first check took longer than {deadline:g} seconds, so no monitor "
                                      "was created; try again, or watch a source that answers sooner."}
+    if first.dry_run is not None:
+        return _dry_reply(first, outcome)
     return await sync_to_thread(_store, caller, first, outcome, checked_at)
 
 
@@ -115,6 +119,8 @@ def _connection_credentials(caller: Caller, name: str) -> tuple[int, str, str | 
 def _call(caller: Caller, action: str, arguments: dict, context: dict,
           listing: tuple[tuple | None, str] = (None, "")) -> dict | Prepared:
     """The reply, or a polled monitor_create that still needs its first check."""
+    if wants_dry_run(action, arguments):
+        return _dry_call(caller, arguments, context, listing)
     with connection():
         user = caller(True)
         conversation = conversation_for(user, context["conversation_id"], context.get("channel") or "chat",
@@ -139,6 +145,34 @@ def _call(caller: Caller, action: str, arguments: dict, context: dict,
             return _published(*prepared)
         except ToolError as exc:
             return {"ok": False, "error": str(exc)}
+
+
+def _dry_call(caller: Caller, arguments: dict, context: dict, listing: tuple[tuple | None, str]) -> dict | Prepared:
+    """monitor_create with dry_run: answered now, or a Prepared still to read; it stores nothing, not even the
+    conversation."""
+    with connection():
+        user = caller(True)
+        try:
+            prepared = prepare_dry_run(user, _conversation_as_is(user, context), arguments, create_context(*listing),
+                                       utcnow(), _woken_by(context))
+        except ToolError as exc:
+            return {"ok": False, "error": str(exc)}
+    return prepared if isinstance(prepared, Prepared) else {"ok": True, "result": prepared[1]}
+
+
+def _conversation_as_is(user: User, context: dict) -> Conversation:
+    """The caller's conversation, or an unsaved one standing in for it."""
+    external = context["conversation_id"]
+    return find_conversation(user, external) or Conversation(user=user, external_id=external,
+                                                             channel=context.get("channel") or "chat",
+                                                             agent_id=context.get("agent_id") or "")
+
+
+def _dry_reply(prepared: Prepared, outcome) -> dict:
+    try:
+        return {"ok": True, "result": dry_run_result(prepared, outcome)}
+    except ToolError as exc:
+        return {"ok": False, "error": str(exc)}
 
 
 def _store(caller: Caller, prepared: Prepared, outcome, checked_at) -> dict:
@@ -170,7 +204,8 @@ def create_context(mcp_listing: tuple | None = None, mcp_error: str = "") -> Cre
     return CreateContext(limits_from(settings), runtime.source_io(), settings.FETCH_MAX_TEXT_BYTES,
                          runtime.judge_policy, runtime.keyring, api_base,
                          app_base(settings.PUBLIC_APP_URL, settings.SERVE_UI, api_base),
-                         tools_enabled=settings.TOOL_SOURCES_ENABLED, mcp_listing=mcp_listing, mcp_error=mcp_error)
+                         tools_enabled=settings.TOOL_SOURCES_ENABLED, mcp_listing=mcp_listing, mcp_error=mcp_error,
+                         fires_per_day=runtime.lifecycle.max_fires_per_conversation_day)
 
 
 def parse_call(data: Any) -> tuple[str, dict, dict]:

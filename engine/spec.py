@@ -15,7 +15,7 @@ from engine.sources.ingest import CONDITION as INGEST_CONDITION
 __all__ = ["SOURCE_TYPES", "SourcePolicy", "SourceSpec", "SpecError", "parse_check", "parse_source"]
 
 ARGUMENTS = ("description", "source", "check", "condition", "judge_model", "on_match", "interval", "expires_in",
-             "max_wakes", "note")
+             "max_wakes", "note", "dry_run")
 
 #: Channels whose conversations a wake cannot resume, and why (seed 000, "Where it works").
 UNREACHABLE_CHANNELS = {
@@ -71,6 +71,14 @@ def channel_refusal(channel: str) -> str | None:
         return None
     return (f"Monitors can't be created in {where}: a wake can only resume a chat conversation, "
             "so tell the user you can't watch this for them here.")
+
+
+def dry_run_of(arguments: object) -> bool:
+    """monitor_create's dry_run (issue 18): true checks and forecasts the monitor and stores nothing."""
+    value = arguments.get("dry_run", False) if isinstance(arguments, dict) else False
+    if not isinstance(value, bool):
+        raise SpecError("dry_run must be true or false.")
+    return value
 
 
 def parse_create(arguments: object, limits: Limits,

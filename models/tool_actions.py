@@ -8,17 +8,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from engine.checks.status import canonical
 from engine.crypto import Keyring
 from engine.links import DEFAULT_BASE, unreachable_reason
 from engine.signatures import example_body, example_curl, new_secret
 from engine.pipeline import BASELINE, Outcome, Prior, run_check
 from engine.durations import describe_duration
+from engine.forecast import ALREADY_HOLDS, already_holds
 from engine.placeholders import values as placeholder_values
 from engine.sources.time_source import fire_time, format_time
 from engine.schedule import next_check_at
 from engine.sources import DOCUMENT_SOURCES, SourceIO
-from engine.spec import Limits, MonitorSpec, SpecError, channel_refusal, parse_create
+from engine.spec import Limits, MonitorSpec, SpecError, channel_refusal, dry_run_of, parse_create
+from engine.tools import ToolDef
 from models.db import iso, utcnow
 from models.judging import DEFAULT_MODEL, JudgePolicy, resolve_model
 from models.approvals import create_request
@@ -30,7 +31,7 @@ from models.monitors import (
     create_document_monitor, create_time_monitor, user_monitors,
 )
 from models.conversations import conversation_for, find_conversation
-from models.documents import get_document
+from models.documents import stored_body
 from models.connections import find_connection, resolve_connection_watch, user_connections
 from models.tools import ToolRefused, armed_tool_watches, create_tool_monitor, resolve_watch
 from models.tables import AWAITING, Conversation, Device, User
@@ -60,6 +61,15 @@ class CreateContext:
     #: held (or why they could not be)
     mcp_listing: tuple | None = None
     mcp_error: str = ""
+    #: MONITOR_MAX_FIRES_PER_CONVERSATION_DAY, for a dry run's wakes_left
+    fires_per_day: int = 20
+
+
+@dataclass(frozen=True)
+class DryRunPlan:
+    """What a dry run knows before its read: the cost forecast, and whether arming it now would be refused."""
+    forecast: dict
+    limits: str
 
 
 @dataclass(frozen=True)
@@ -67,10 +77,14 @@ class Prepared:
     """A polled monitor_create that passed validation and waits for its first check (taken with no database
     connection held: it may take as long as the source does)."""
     user_id: int
-    conversation_id: int
+    conversation_id: int | None
     spec: MonitorSpec
     notes: list[str]
     limits: Limits | None = None
+    #: a dry run: its read is evaluated as a new reading and nothing is stored (dry_run_result)
+    dry_run: DryRunPlan | None = None
+    #: a dry run of a declared tool that needs no approval: the tool as it runs (header values decrypted)
+    tool: ToolDef | None = None
 
 
 def monitor_create(user: User, conversation: Conversation, arguments: object, ctx: CreateContext, now: datetime):
@@ -87,21 +101,9 @@ def monitor_create(user: User, conversation: Conversation, arguments: object, ct
 def prepare_create(user: User, conversation: Conversation, arguments: object, ctx: CreateContext,
                    now: datetime, woken_by: int | None = None) -> Prepared | tuple:
     """Validate the call. A link monitor needs no first check and is stored now: (monitor, result)."""
-    refusal = channel_refusal(conversation.channel)
-    if refusal:
-        raise ToolError(refusal)
-    try:
-        spec, notes = parse_create(arguments, ctx.limits, ctx.io.policy)
-    except SpecError as exc:
-        raise ToolError(str(exc)) from None
-    try:
-        spec = with_lineage(user, spec, woken_by)
-        check_armed_limits(user, conversation, ctx.limits)
-    except GuardrailRefused as exc:
-        raise LimitReached(str(exc)) from None
-    except LineageUnknown as exc:
-        raise ToolError(str(exc)) from None
-    notes += _judge_notes(spec.condition, spec.judge_model, ctx.judge)
+    spec, notes, dry_run, _ = validate_create(user, conversation, arguments, ctx, woken_by)
+    if dry_run:  # models/dry_run.py answers it, through the monitor tool
+        raise ToolError("dry_run works through the monitor tool's monitor_create; leave it out here.")
     if spec.source.type == "webhook":
         return _create_trigger(user, conversation, spec, notes, ctx, now)
     if spec.source.type == "approval":
@@ -117,18 +119,58 @@ def prepare_create(user: User, conversation: Conversation, arguments: object, ct
     return Prepared(user.id, conversation.id, spec, notes, ctx.limits)
 
 
+def validate_create(user: User, conversation: Conversation, arguments: object, ctx: CreateContext,
+                    woken_by: int | None = None) -> tuple[MonitorSpec, list[str], bool, str]:
+    """The call checked as every create checks it: (spec, notes, dry_run, the guardrail that refuses arming it
+    now). A refusal raises, except a guardrail's on a dry run, which says it instead ("" when there is none)."""
+    refusal = channel_refusal(conversation.channel)
+    if refusal:
+        raise ToolError(refusal)
+    try:
+        dry_run = dry_run_of(arguments)
+        spec, notes = parse_create(arguments, ctx.limits, ctx.io.policy)
+    except SpecError as exc:
+        raise ToolError(str(exc)) from None
+    limit = ""
+    try:
+        spec = _guarded(user, conversation, spec, woken_by, ctx.limits)
+    except LimitReached as exc:
+        if not dry_run:
+            raise
+        limit = str(exc)
+    notes += _judge_notes(spec.condition, spec.judge_model, ctx.judge)
+    return spec, notes, dry_run, limit
+
+
+def _guarded(user: User, conversation: Conversation, spec: MonitorSpec, woken_by: int | None,
+             limits: Limits) -> MonitorSpec:
+    """The spec with its lineage, within the armed limits; LimitReached when a guardrail refuses it."""
+    try:
+        spec = with_lineage(user, spec, woken_by)
+        check_armed_limits(user, conversation, limits)
+    except GuardrailRefused as exc:
+        raise LimitReached(str(exc)) from None
+    except LineageUnknown as exc:
+        raise ToolError(str(exc)) from None
+    return spec
+
+
 def first_check(prepared: Prepared, io: SourceIO, max_text_bytes: int, now: datetime) -> Outcome:
     """The baseline check: engine only, no database."""
     return run_check(io, prepared.spec.source, prepared.spec.check, Prior(), max_text_bytes, now=now,
                      placeholders=placeholder_values(now, None, None))
 
 
+def first_check_failed(spec: MonitorSpec, outcome: Outcome) -> ToolError:
+    where = spec.source.url or spec.source.path or f"the tool {spec.source.tool!r}"
+    return ToolError(f"The first check of {where} failed, so no monitor was created: {outcome.error}")
+
+
 def store_create(prepared: Prepared, outcome: Outcome, checked_at: datetime, now: datetime):
     """Store the monitor with its baseline, if the conversation is still the caller's. Returns (monitor, result)."""
     spec, notes = prepared.spec, list(prepared.notes)
     if outcome.kind != BASELINE:
-        where = spec.source.url or spec.source.path
-        raise ToolError(f"The first check of {where} failed, so no monitor was created: {outcome.error}")
+        raise first_check_failed(spec, outcome)
     conversation = Conversation.get_or_none((Conversation.id == prepared.conversation_id)
                                             & (Conversation.user == prepared.user_id))
     if conversation is None:
@@ -138,9 +180,8 @@ def store_create(prepared: Prepared, outcome: Outcome, checked_at: datetime, now
             check_armed_limits(conversation.user, conversation, prepared.limits)
         except GuardrailRefused as exc:
             raise LimitReached(str(exc)) from None
-    if _already_holds(spec.check, outcome.verdict.state):
-        notes.append("The check already holds now; it fires only after that stops and then starts again, "
-                     "so tell the user what it is now.")
+    if already_holds(spec.check, outcome.verdict.state):
+        notes.append(ALREADY_HOLDS)
     monitor = create_monitor(conversation.user, conversation, spec, outcome, checked_at,
                              next_check_at(now, spec.interval_seconds))
     return monitor, {
@@ -161,15 +202,21 @@ def _create_trigger(user: User, conversation: Conversation, spec, notes: list[st
     token = create_link(monitor, scheme, new_secret(scheme), spec.source.max_hits, ctx.keyring)
     url = f"{ctx.base_url}/api/triggers/{token}"
     reason = unreachable_reason(ctx.base_url)
-    if reason:
-        notes.append(f"Outside services can't reach this link yet ({reason}); tell the user it works from this "
-                     "machine only until the instance has a public PUBLIC_API_BASE_URL.")
+    notes += reach_notes(ctx.base_url)
     return monitor, {
         "monitor_id": monitor.id, "status": monitor.status, "url": url, "method": "POST", "signature": scheme,
         "secret": SECRET_HIDDEN if scheme != "none" else None, "reachable_from_internet": reason is None,
         "example_curl": example_curl(url, scheme, example_body(spec.check)), "expires_at": iso(monitor.expires_at),
         "max_hits": spec.source.max_hits, "wakes_left": monitor.wakes_left, "notes": notes,
     }
+
+
+def reach_notes(base_url: str) -> list[str]:
+    reason = unreachable_reason(base_url)
+    if not reason:
+        return []
+    return [f"Outside services can't reach this link yet ({reason}); tell the user it works from this machine only "
+            "until the instance has a public PUBLIC_API_BASE_URL."]
 
 
 def _create_approval(user: User, conversation: Conversation, spec, notes: list[str], ctx: CreateContext,
@@ -186,6 +233,15 @@ def _create_approval(user: User, conversation: Conversation, spec, notes: list[s
 def _create_time(user: User, conversation: Conversation, spec, notes: list[str], ctx: CreateContext,
                  now: datetime):
     """A time watch: its moment fixed now (a delay from now), within the monitor's lifetime, never in the past."""
+    fire_at = fire_at_for(spec, ctx, now)
+    spec = replace(spec, source=replace(spec.source, fire_at=format_time(fire_at), delay=None))
+    monitor = create_time_monitor(user, conversation, spec, now, fire_at)
+    return monitor, {"monitor_id": monitor.id, "status": monitor.status, "fire_at": format_time(fire_at),
+                     "expires_at": iso(monitor.expires_at), "notes": notes}
+
+
+def fire_at_for(spec, ctx: CreateContext, now: datetime) -> datetime:
+    """A time watch's moment, in the future and within the monitor's lifetime; ToolError otherwise."""
     fire_at = fire_time(spec.source, now)
     if fire_at <= now:
         raise ToolError(f"source.fire_at {format_time(fire_at)} has already passed (it is {format_time(now)} now); "
@@ -195,19 +251,15 @@ def _create_time(user: User, conversation: Conversation, spec, notes: list[str],
         raise ToolError(f"The time {format_time(fire_at)} is past the monitor's lifetime (it would expire at "
                         f"{format_time(expires_at)}); give a longer expires_in, at most "
                         f"{describe_duration(ctx.limits.max_ttl)}, or an earlier time.")
-    spec = replace(spec, source=replace(spec.source, fire_at=format_time(fire_at), delay=None))
-    monitor = create_time_monitor(user, conversation, spec, now, fire_at)
-    return monitor, {"monitor_id": monitor.id, "status": monitor.status, "fire_at": format_time(fire_at),
-                     "expires_at": iso(monitor.expires_at), "notes": notes}
+    return fire_at
 
 
 def _create_document(user: User, conversation: Conversation, spec, notes: list[str], now: datetime):
     """A document (or ingest) watch: armed now, its condition parse-checked only; the caller queues its first
     check, which fires at once if the condition already holds."""
     source = spec.source
-    if get_document(user.id, source.item_type, source.item_id) is None:
-        notes.append(f"There is no document {source.item_type}/{source.item_id} yet; the watch waits for its "
-                     "first PUT /api/documents write.")
+    if stored_body(user.id, source.item_type, source.item_id) is None:
+        notes.append(no_document_yet(source))
     monitor = create_document_monitor(user, conversation, spec, now)
     return monitor, {"monitor_id": monitor.id, "status": monitor.status, "item_type": source.item_type,
                      "item_id": source.item_id, "condition": spec.check.expr, "expires_at": iso(monitor.expires_at),
@@ -218,19 +270,8 @@ def _create_tool(user: User, conversation: Conversation, spec, notes: list[str],
                  now: datetime):
     """One of the agent's read-only tools, re-run as the owner with no model: armed at once, or, for a tool that
     requires approval, waiting for the owner to approve this exact call (the agent gets the page's link)."""
-    if not ctx.tools_enabled:
-        raise ToolError("Tool watches are turned off on this Vigil instance (TOOL_SOURCES_ENABLED); tell the user.")
-    try:
-        if spec.source.connection:
-            spec, needs_approval = _resolve_connection(user, spec, ctx)
-        else:
-            spec, tool = resolve_watch(user, conversation, spec)
-            needs_approval = tool.requires_approval
-    except ToolRefused as exc:
-        raise ToolError(str(exc)) from None
-    if armed_tool_watches(user) >= ctx.limits.max_armed_tool_watches:
-        raise LimitReached(f"This account already has {ctx.limits.max_armed_tool_watches} armed tool watches, the "
-                           "most it may have (each one is a recurring poll); cancel one and its slot frees at once.")
+    spec, needs_approval = resolved_tool(user, conversation, spec, ctx)
+    refuse_past_tool_limit(user, ctx)
     monitor = create_tool_monitor(user, conversation, spec, needs_approval, now)
     source = spec.source
     result = {"monitor_id": monitor.id, "status": monitor.status, "tool": source.tool,
@@ -239,13 +280,36 @@ def _create_tool(user: User, conversation: Conversation, spec, notes: list[str],
               "expires_at": iso(monitor.expires_at), "wakes_left": monitor.wakes_left, "notes": notes}
     if monitor.status == AWAITING:
         result["approve_url"] = f"{ctx.app_url}/commands/{monitor.id}"
-        why = ("doesn't say it only reads (readOnlyHint)" if source.connection
-               else "asks its owner to approve each watch of it")
-        notes.append(f"The tool {source.tool!r} {why}: nothing runs until the user approves this exact call on the "
+        notes.append(f"{needs_approval_words(source)}: nothing runs until the user approves this exact call on the "
                      "conversation page or at approve_url. Tell the user, and give them the link.")
     else:
         notes.append("Its first poll runs now; a condition that already holds wakes you then.")
     return monitor, result
+
+
+def resolved_tool(user: User, conversation: Conversation, spec, ctx: CreateContext) -> tuple[MonitorSpec, bool]:
+    """The watch's tool resolved and checked for watching, and whether the owner must approve it first."""
+    if not ctx.tools_enabled:
+        raise ToolError("Tool watches are turned off on this Vigil instance (TOOL_SOURCES_ENABLED); tell the user.")
+    try:
+        if spec.source.connection:
+            return _resolve_connection(user, spec, ctx)
+        spec, tool = resolve_watch(user, conversation, spec)
+        return spec, tool.requires_approval
+    except ToolRefused as exc:
+        raise ToolError(str(exc)) from None
+
+
+def refuse_past_tool_limit(user: User, ctx: CreateContext) -> None:
+    if armed_tool_watches(user) >= ctx.limits.max_armed_tool_watches:
+        raise LimitReached(f"This account already has {ctx.limits.max_armed_tool_watches} armed tool watches, the "
+                           "most it may have (each one is a recurring poll); cancel one and its slot frees at once.")
+
+
+def needs_approval_words(source) -> str:
+    why = ("doesn't say it only reads (readOnlyHint)" if source.connection
+           else "asks its owner to approve each watch of it")
+    return f"The tool {source.tool!r} {why}"
 
 
 def _resolve_connection(user: User, spec, ctx: CreateContext):
@@ -263,10 +327,7 @@ def _create_command(user: User, conversation: Conversation, spec, notes: list[st
                     now: datetime):
     """A command on one of the owner's devices: armed at once on a `full` device, else waiting for the owner
     to approve this exact command; the agent gets the approval page's link to hand over, never a way to decide."""
-    try:
-        spec, device = resolve_device(user, spec)
-    except CommandRefused as exc:
-        raise ToolError(str(exc)) from None
+    spec, device = device_for(user, spec)
     monitor = create_command_monitor(user, conversation, spec, device, now)
     result = {"monitor_id": monitor.id, "status": monitor.status, "device": device.name,
               "command": spec.source.command, "mode": spec.source.mode, "expires_at": iso(monitor.expires_at),
@@ -283,10 +344,16 @@ def _create_command(user: User, conversation: Conversation, spec, notes: list[st
     return monitor, result
 
 
-def _already_holds(check, state: dict) -> bool:
-    if check.type == "status":
-        return state.get("state") in {canonical(value) for value in check.values or ()}
-    return bool(state.get("holds"))
+def device_for(user: User, spec) -> tuple[MonitorSpec, Device]:
+    try:
+        return resolve_device(user, spec)
+    except CommandRefused as exc:
+        raise ToolError(str(exc)) from None
+
+
+def no_document_yet(source) -> str:
+    return (f"There is no document {source.item_type}/{source.item_id} yet; the watch waits for its first PUT "
+            "/api/documents write.")
 
 
 def _judge_notes(condition: str, model_name: str, policy: JudgePolicy) -> list[str]:
