@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+from peewee import PostgresqlDatabase
+
 from engine.explain import counts_as_check, fold, why_not
-from models.compiled import Compiled
+from models.compiled import Compiled, run_prepared
 from models.db import database, iso
 from models.tables import MonitorRun, Wake
 
@@ -24,15 +26,45 @@ _NEW = Compiled(lambda monitor_id, kind, detail, created_at, check_count, data: 
     MonitorRun.created_at: created_at, MonitorRun.check_count: check_count, MonitorRun.data: data}))
 _PRUNE_SQL = ("DELETE FROM monitor_runs WHERE monitor_id = {p} AND id <= (SELECT id FROM monitor_runs WHERE "
               "monitor_id = {p} ORDER BY id DESC LIMIT 1 OFFSET {p})")
+#: PostgreSQL: the insert and the prune in one round trip. The DELETE does not see the row its WITH inserts (one
+#: snapshot), so it keeps one fewer of the older ones
+_NEW_AND_PRUNE_SQL = ("WITH new AS (INSERT INTO monitor_runs (monitor_id, kind, detail, created_at, check_count, data) "
+                      "VALUES (%s, %s, %s, %s, %s, %s)) " + _PRUNE_SQL.format(p="%s"))
 
 
 def record_event(monitor, kind: str, detail: str, now: datetime, data: dict | None = None) -> None:
     """One event, in the caller's transaction; the monitor's oldest beyond EVENTS_KEPT go. Never on a quiet
     check."""
-    _NEW.rowcount(monitor.id, kind, detail[:4000], now, monitor.check_count,
-                  None if data is None else json.dumps(data, ensure_ascii=False))
-    p = database.param
-    database.execute_sql(_PRUNE_SQL.format(p=p), (monitor.id, monitor.id, EVENTS_KEPT))
+    row = _row(monitor, kind, detail, now, data)
+    if isinstance(database.obj, PostgresqlDatabase):
+        run_prepared("vigil_record_event", _NEW_AND_PRUNE_SQL, (monitor.id, *row, *_prune_params(monitor)))
+        return
+    _NEW.rowcount(monitor.id, *row)
+    database.execute_sql(_PRUNE_SQL.format(p=database.param), (monitor.id, monitor.id, EVENTS_KEPT))
+
+
+def with_event(update_sql: str) -> str:
+    """PostgreSQL: `update_sql` (an UPDATE of one monitor, models/results) and the event record_event writes after
+    it, with the prune, as one statement; the event is written only if the UPDATE changed the row, and the one
+    value the statement returns is how many rows it changed. Its parameters: the UPDATE's, then event_params."""
+    return (f"WITH upd AS ({update_sql} RETURNING id), run AS (INSERT INTO monitor_runs (monitor_id, kind, detail, "
+            "created_at, check_count, data) SELECT id, %s, %s, CAST(%s AS timestamp), CAST(%s AS integer), %s "
+            f"FROM upd), pruned AS ({_PRUNE_SQL.format(p='%s')} AND EXISTS (SELECT 1 FROM upd)) "
+            "SELECT COUNT(*) FROM upd")
+
+
+def event_params(monitor, kind: str, detail: str, now: datetime, data: dict | None = None) -> tuple:
+    """The parameters with_event's statement takes after its UPDATE's."""
+    return (*_row(monitor, kind, detail, now, data), *_prune_params(monitor))
+
+
+def _row(monitor, kind: str, detail: str, now: datetime, data: dict | None) -> tuple:
+    encoded = None if data is None else json.dumps(data, ensure_ascii=False)
+    return kind, detail[:4000], now, monitor.check_count, encoded
+
+
+def _prune_params(monitor) -> tuple:
+    return monitor.id, monitor.id, EVENTS_KEPT - 1
 
 
 def history(monitor, before: int | None = None, limit: int = 50) -> dict:

@@ -37,7 +37,7 @@ def execute(name: str, sql: str, params: tuple):
     except peewee.DatabaseError as exc:
         if getattr(getattr(exc, "orig", None), "pgcode", None) not in _POOLER_CODES:
             raise
-        done.discard(name)
+        done.clear()  # DISCARD ALL or DEALLOCATE ALL drops them all: each is prepared again on its next use
         return database.execute_sql(sql, params)
 
 

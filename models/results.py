@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from peewee import fn
+from peewee import PostgresqlDatabase, fn
 
 from engine.pipeline import ERROR, FIRED, QUIET, Outcome
 from engine.sources import DOCUMENT_SOURCES, ERROR_PATH_SOURCES
 from engine.explain import change_data
 from engine.wake import ended_text, paused_text, time_text, wake_text
-from models.compiled import Compiled, with_id
+from models.compiled import Compiled, run_prepared, with_id
 from models.conversations import append_message
 from models.db import database, iso, utcnow
 from models.runs import stop_runs
-from models.events import record_event
+from models.events import event_params, record_event, with_event
 from models.tables import ACTIVE, DONE, ERROR, PAUSED, Monitor, Wake
 from models.wake_endpoints import queue_pushes
 
@@ -43,18 +44,19 @@ class Recorded:
 
 def record_check(monitor, claim_seq: int, outcome: Outcome, now: datetime,
                  life: Lifecycle = Lifecycle(), unchecked: bool = False, source: str = "monitor",
-                 wake_extra: dict | None = None) -> Recorded:
+                 wake_extra: dict | None = None, caps: tuple[bool, bool] | None = None) -> Recorded:
     """Store what a check found beyond "unchanged", if its claim still holds.
 
     A quiet check writes nothing here unless it must clear an error or remember new raw bytes; it takes the
     scheduler's Claimed copy. Anything else takes the Monitor (with its conversation) that the wake is written for.
+    `caps`: what fire_caps says, when the caller read it already in this transaction (models/deliveries).
     """
     if outcome.kind == QUIET:
         return _record_quiet(monitor, claim_seq, outcome)
     with database.transaction():  # inside a caller's transaction, part of it (no savepoint round trips)
         if outcome.kind == ERROR:
             return _record_error(monitor, claim_seq, outcome, now, life)
-        return _record_change(monitor, claim_seq, outcome, now, life, unchecked, source, wake_extra or {})
+        return _record_change(monitor, claim_seq, outcome, now, life, unchecked, source, wake_extra or {}, caps)
 
 
 def _record_quiet(monitor, claim_seq: int, outcome: Outcome) -> Recorded:
@@ -97,12 +99,13 @@ def _record_error(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datet
 
 
 def _record_change(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datetime, life: Lifecycle,
-                   unchecked: bool, source: str, wake_extra: dict) -> Recorded:
+                   unchecked: bool, source: str, wake_extra: dict, caps: tuple[bool, bool] | None) -> Recorded:
     verdict = outcome.verdict
     fired = outcome.kind == FIRED
-    if fired and over_daily_cap(monitor, now, life):
+    over_day, over_hour = (caps or fire_caps(monitor, now, life)) if fired else (False, False)
+    if over_day:
         return end_in_error(monitor, claim_seq, daily_cap_reason(life, verdict.found), now)
-    if fired and wakes_in_last_hour(monitor.id, now) >= life.max_wakes_per_hour:
+    if over_hour:
         reason = (f"It would have woken you more than {life.max_wakes_per_hour} times in an hour; "
                   f"the latest finding was: {verdict.found}")
         return pause_and_tell(monitor, claim_seq, reason, now, _state_fields(outcome, now))
@@ -220,13 +223,41 @@ def over_daily_cap(monitor: Monitor, now: datetime, life: Lifecycle) -> bool:
     return fires_in_last_day(monitor.conversation_id, now) >= life.max_fires_per_conversation_day
 
 
-_FIRES_SQL = ("SELECT COUNT(*) FROM wakes w JOIN monitors m ON m.id = w.monitor_id WHERE m.conversation_id = {p} "
-              "AND w.created_at > {p} AND w.dedupe_key NOT IN ({keys}) AND w.dedupe_key NOT LIKE 'paused:%%'")
+_FIRES_FROM = ("FROM wakes w JOIN monitors m ON m.id = w.monitor_id WHERE m.conversation_id = {p} "
+               "AND w.created_at > {p} AND w.dedupe_key NOT IN ({keys}) AND w.dedupe_key NOT LIKE 'paused:%%'")
+_FIRES_SQL = "SELECT COUNT(*) " + _FIRES_FROM
 
 
 def fires_in_last_day(conversation_id: int, now: datetime) -> int:
     sql = _FIRES_SQL.format(p=database.param, keys=", ".join(f"'{key}'" for key in _NOTICE_KEYS))
     return database.execute_sql(sql, (conversation_id, now - timedelta(days=1))).fetchone()[0]
+
+
+#: the daily and the hourly count as two columns, each counted only up to its cap
+_CAPS_COLUMNS = ("(SELECT COUNT(*) FROM (SELECT 1 " + _FIRES_FROM + " LIMIT {p}) AS day), "
+                 "(SELECT COUNT(*) FROM (SELECT 1 FROM wakes WHERE monitor_id = {p} AND created_at > {p} "
+                 "AND dedupe_key <> 'expired' AND dedupe_key NOT LIKE 'paused:%%' LIMIT {p}) AS hour)")
+
+
+def fire_caps(monitor: Monitor, now: datetime, life: Lifecycle) -> tuple[bool, bool]:
+    """Whether a fire now would go past the conversation's daily cap, and past the monitor's hourly one: what
+    over_daily_cap and wakes_in_last_hour say, in one statement that stops counting at each cap."""
+    day, hour = run_prepared("vigil_fire_caps", "SELECT " + caps_columns(), caps_params(monitor, now, life)).fetchone()
+    return caps_reached(day, hour, life)
+
+
+def caps_columns() -> str:
+    """fire_caps' two counts, as columns for a statement of the caller's that also does something else."""
+    return _CAPS_COLUMNS.format(p=database.param, keys=", ".join(f"'{key}'" for key in _NOTICE_KEYS))
+
+
+def caps_params(monitor: Monitor, now: datetime, life: Lifecycle) -> tuple:
+    return (monitor.conversation_id, now - timedelta(days=1), life.max_fires_per_conversation_day, monitor.id,
+            now - timedelta(hours=1), life.max_wakes_per_hour)
+
+
+def caps_reached(day: int, hour: int, life: Lifecycle) -> tuple[bool, bool]:
+    return day >= life.max_fires_per_conversation_day, hour >= life.max_wakes_per_hour
 
 
 #: the wakes that count toward the hourly cap: not the expiry notice, not pause notices
@@ -247,40 +278,50 @@ def record_judge_failure(monitor: Monitor, claim_seq: int, error: str, now: date
 
 def _store_run(monitor: Monitor, claim_seq: int, fields: dict, kind: str, detail: str, now: datetime,
                data: dict | None = None) -> Recorded:
-    """The claimed update and the event for the monitor's page, together (never for a quiet check)."""
-    if not _claimed_update(monitor, claim_seq, fields):
-        return Recorded(False)
-    record_event(monitor, kind, detail, now, data or {"reason": detail})
-    return Recorded(True)
+    """The claimed update and the event for the monitor's page, together (never for a quiet check): one
+    statement on PostgreSQL."""
+    return Recorded(_claimed_update(monitor, claim_seq, fields, event=(kind, detail, now, data or {"reason": detail})))
 
 
-def _claimed_update(monitor, claim_seq: int, fields: dict, bump: bool = True) -> bool:
+def _claimed_update(monitor, claim_seq: int, fields: dict, bump: bool = True, event: tuple | None = None) -> bool:
     """Write only while the claim holds; bumping the claim number makes any duplicate of it stale. Whether
     it was written; if so, the caller's copy (a Monitor, or a quiet check's Claimed) gets the same changes, so
-    its events are built without reading the row back.
+    its events are built without reading the row back. `event`: record_event's arguments after the monitor,
+    written with the update (in the same statement on PostgreSQL).
 
     A field set to ONE_MORE counts up. The statement's text depends only on which fields change, so it is
     built once per shape (peewee spent ~0.7 ms of CPU building this UPDATE on every call).
     """
     if bump:
         fields = {**fields, Monitor.claim_seq: ONE_MORE}
-    shape = (type(database.obj), tuple((field.column_name, value is ONE_MORE) for field, value in fields.items()))
-    sql = _UPDATES.get(shape) or _UPDATES.setdefault(shape, _update_sql(shape[1]))
+    together = event is not None and isinstance(database.obj, PostgresqlDatabase)
+    shape = (type(database.obj), together,
+             tuple((field.column_name, value is ONE_MORE) for field, value in fields.items()))
+    name, sql = _UPDATES.get(shape) or _UPDATES.setdefault(shape, _update_sql(shape[2], together))
     values = [field.db_value(value) for field, value in fields.items() if value is not ONE_MORE]
-    if database.execute_sql(sql, [*values, monitor.id, claim_seq, ACTIVE]).rowcount != 1:
+    params = (*values, monitor.id, claim_seq, ACTIVE, *(event_params(monitor, *event) if together else ()))
+    cursor = run_prepared(name, sql, params)
+    if (cursor.fetchone()[0] if together else cursor.rowcount) != 1:
         return False
     for field, value in fields.items():
         setattr(monitor, field.name, getattr(monitor, field.name) + 1 if value is ONE_MORE else value)
+    if event is not None and not together:
+        record_event(monitor, *event)
     return True
 
 
-_UPDATES: dict[tuple, str] = {}
+_UPDATES: dict[tuple, tuple[str, str]] = {}
 
 
-def _update_sql(columns: tuple[tuple[str, bool], ...]) -> str:
+def _update_sql(columns: tuple[tuple[str, bool], ...], with_its_event: bool) -> tuple[str, str]:
+    """The UPDATE of this shape (with its event: models/events.with_event), and the name PostgreSQL prepares it
+    under (the same in every process)."""
     p = database.param
     sets = ", ".join(f'"{name}" = "{name}" + 1' if counts else f'"{name}" = {p}' for name, counts in columns)
-    return f'UPDATE "monitors" SET {sets} WHERE "id" = {p} AND "claim_seq" = {p} AND "status" = {p}'
+    sql = f'UPDATE "monitors" SET {sets} WHERE "id" = {p} AND "claim_seq" = {p} AND "status" = {p}'
+    if with_its_event:
+        sql = with_event(sql)
+    return f"vigil_claimed_{hashlib.sha1(sql.encode()).hexdigest()[:16]}", sql
 
 
 _NEW_WAKE = Compiled(lambda monitor_id, dedupe_key, created_at: with_id(Wake.insert({

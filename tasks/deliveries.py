@@ -11,18 +11,24 @@ import dramatiq
 
 from models import utcnow
 from models.deliveries import process
-from tasks.events import publish_monitor
+from tasks.events import MonitorEvents
 from tasks.runtime import current
 
 
 @dramatiq.actor(queue_name="deliveries", max_retries=5, min_backoff=500, max_backoff=30000, time_limit=180_000)
 def process_delivery(delivery_id: int) -> None:
     """Idempotent: a delivery already processed, or processed meanwhile by another worker, does nothing."""
+    events = MonitorEvents()
+    _process(delivery_id, events)
+    events.publish()
+
+
+def _process(delivery_id: int, events: MonitorEvents) -> None:
     runtime = current()
     done = process(delivery_id, runtime.judge_session(), runtime.judge_policy, runtime.lifecycle,
                    runtime.settings.FETCH_MAX_TEXT_BYTES, utcnow())
     if done.monitor is not None:
-        publish_monitor(done.monitor, done.woke, status_before=done.status_before)
+        events.add(done.monitor, done.woke, status_before=done.status_before)
 
 
 #: the most deliveries one message carries
@@ -37,13 +43,18 @@ log = logging.getLogger(__name__)
                 time_limit=BATCH * 180_000)
 def process_deliveries(delivery_ids: list[int]) -> None:
     """Deliveries the relay queued together, each on its own: one that fails is queued again alone, with
-    its own retries, and holds up none of the others."""
-    for delivery_id in delivery_ids:
-        try:
-            process_delivery.fn(delivery_id)
-        except Exception as exc:  # noqa: BLE001 — handed to its own message, which retries it
-            log.warning("delivery %s failed in a batch (%s); queued again on its own", delivery_id, exc)
-            process_delivery.send(delivery_id)
+    its own retries, and holds up none of the others. Their events go out together when the last is done (one
+    round trip to Redis, not one per delivery)."""
+    events = MonitorEvents()
+    try:
+        for delivery_id in delivery_ids:
+            try:
+                _process(delivery_id, events)
+            except Exception as exc:  # noqa: BLE001 — handed to its own message, which retries it
+                log.warning("delivery %s failed in a batch (%s); queued again on its own", delivery_id, exc)
+                process_delivery.send(delivery_id)
+    finally:
+        events.publish()
 
 
 class Relay:

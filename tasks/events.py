@@ -15,19 +15,39 @@ def publish_monitor(monitor, woke=None, *, status_before: str | None = None) -> 
     """What a change to a monitor means for its owner's pages, in one round trip: monitor.updated; the
     conversation's watching mark unless the status is known not to have moved; and the wake, if one was
     written."""
-    conversation = monitor.conversation.external_id
-    events = [(monitor.user_id, "monitor.updated", event_payload(monitor))]
-    if monitor.status != status_before:
-        events.append((monitor.user_id, "conversation.updated",
-                       {"conversation_id": conversation, "watching": is_watching(monitor.conversation_id)}))
-    if woke is not None:
-        events.append((monitor.user_id, "message.created", {"conversation_id": conversation, **message_json(woke)}))
-        queue_pushes_of([woke])
-        count_wakes([woke])
-    device_id = (monitor.source or {}).get("device_id") if (monitor.source or {}).get("type") == "command" else None
-    if device_id:
-        events.append(work_event(monitor.user_id, device_id))
-    current().bus.publish_many(events)
+    batch = MonitorEvents()
+    batch.add(monitor, woke, status_before=status_before)
+    batch.publish()
+
+
+class MonitorEvents:
+    """The events of several monitor changes (a batch of deliveries), sent in one round trip at the end. Each
+    change's events are built when it is added, since the same monitor may change again before they are sent."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[int, str, dict]] = []
+        self.wakes: list = []
+
+    def add(self, monitor, woke=None, *, status_before: str | None = None) -> None:
+        conversation = monitor.conversation.external_id
+        self.events.append((monitor.user_id, "monitor.updated", event_payload(monitor)))
+        if monitor.status != status_before:
+            self.events.append((monitor.user_id, "conversation.updated",
+                                {"conversation_id": conversation, "watching": is_watching(monitor.conversation_id)}))
+        if woke is not None:
+            self.events.append((monitor.user_id, "message.created",
+                                {"conversation_id": conversation, **message_json(woke)}))
+            self.wakes.append(woke)
+        source = monitor.source or {}
+        if source.get("type") == "command" and source.get("device_id"):
+            self.events.append(work_event(monitor.user_id, source["device_id"]))
+
+    def publish(self) -> None:
+        """The events in one round trip, then the wakes' pushes and counts."""
+        if self.events:
+            current().bus.publish_many(self.events)
+        queue_pushes_of(self.wakes)
+        count_wakes(self.wakes)
 
 
 def publish_wakes(monitor, messages: list) -> None:

@@ -65,6 +65,23 @@ def test_the_hourly_wake_count_leaves_out_notices_and_older_wakes(either_databas
         assert wakes_in_last_hour(other.id, now) == 1
 
 
+def test_a_prepared_query_maps_the_rows_first_does_on_every_call(either_database):
+    """Prepared keeps the cursor's column resolution after the first call: later calls still map each row into
+    the same models, joins included, with their own values."""
+    from models.compiled import Prepared
+
+    build = lambda monitor_id: (Monitor.select(Monitor, Conversation.id, Conversation.external_id)  # noqa: E731
+                                .join(Conversation).where(Monitor.id == monitor_id))
+    plain, prepared = Compiled(build), Prepared("vigil_test_monitor_with_conversation", build)
+    with db():
+        first, second = a_monitor("chat-a", "first one"), a_monitor("chat-b", "second one")
+        rows = [prepared.rows(first.id), prepared.rows(second.id), prepared.rows(first.id), prepared.rows("none")]
+        expected = [plain.first(first.id), plain.first(second.id), plain.first(first.id)]
+    assert [row.__data__ for [row] in rows[:3]] == [row.__data__ for row in expected]
+    assert [row.conversation.external_id for [row] in rows[:3]] == ["chat-a", "chat-b", "chat-a"]
+    assert rows[1][0].check_state == {"seen": [1, 2]} and rows[3] == []
+
+
 def test_a_query_with_a_value_of_its_own_is_refused(either_database):
     """Such a value would be frozen into the text, silently the same on every call."""
     compiled = Compiled(lambda monitor_id: Monitor.select().where((Monitor.id == monitor_id)

@@ -305,6 +305,55 @@ def test_simultaneous_deliveries_each_wake_once_through_the_relay(client, owner,
     assert woken == list(range(40))
 
 
+def test_deliveries_of_one_monitor_in_parallel_threads_wait_for_each_other_and_each_wakes_once(client, owner,
+                                                                                               reconfigure):
+    """The worker reads a delivery with its monitor's row locked: two threads on one monitor never both record
+    from the same claim, so none loses the race (and none starts over); every delivery wakes once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import models.deliveries as deliveries
+    from tasks.deliveries import process_deliveries
+
+    reconfigure(MONITOR_MAX_WAKES=100, MONITOR_MAX_WAKES_PER_HOUR=100, MONITOR_MAX_FIRES_PER_CONVERSATION_DAY=100)
+    result = create(client, owner[1], max_wakes=100)
+    for n in range(24):
+        response = client.post(path_of(result["url"]), json={"n": n}, headers={"Idempotency-Key": f"p{n}"})
+        assert response.status_code == 202
+    with db():
+        ids = [d.id for d in Delivery.select(Delivery.id).order_by(Delivery.id)]
+    lost = []
+    real = deliveries._Lost.__init__
+    deliveries._Lost.__init__ = lambda self, *args: (lost.append(1), real(self, *args))[1]
+
+    def run(batch: list[int]) -> None:
+        with db():
+            process_deliveries.fn(batch)
+
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(run, [ids[i::4] for i in range(4)]))
+    finally:
+        deliveries._Lost.__init__ = real
+    assert len(wakes(result["monitor_id"])) == 24 and lost == []
+    with db():
+        assert {d.outcome for d in Delivery.select()} == {"fired"}
+
+
+def test_a_delivery_after_the_server_dropped_the_prepared_statements_still_wakes_once(client, owner, drain):
+    """DISCARD ALL or DEALLOCATE ALL (a pooler) under a pooled connection: the worker's statements, prepared
+    inside the delivery's transaction, are prepared again and the delivery is recorded once."""
+    result = create(client, owner[1], max_wakes=10)
+    assert client.post(path_of(result["url"]), json={"n": 1}).status_code == 202
+    drain()
+    with db() as database:
+        database.execute_sql("DEALLOCATE ALL")
+    assert client.post(path_of(result["url"]), json={"n": 2}).status_code == 202
+    drain()
+    assert [w.content.count('"n": ') for w in wakes(result["monitor_id"])] == [1, 1]
+    with db():
+        assert {d.outcome for d in Delivery.select()} == {"fired"}
+
+
 def test_a_delivery_the_relay_could_not_queue_is_swept_and_woken_once(client, owner, broker, drain, settings):
     """Redis down when the relay sends: the delivery is stored and answered 202, and the sweep queues it."""
     from dataclasses import replace
