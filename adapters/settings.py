@@ -137,6 +137,9 @@ class Settings:
     the 15 s push timeout). Default 60."""
     WAKE_PUSH_SWEEP_SECONDS: float = 2.0
     """How often the scheduler queues due wake pushes (retries, and pushes whose message was lost). Default 2."""
+    WAKE_COALESCE_SECONDS: int = 0
+    """Wakes of one conversation within this many seconds of its first are delivered as one message (0 to 3600; a
+    conversation's context.coalesce_seconds overrides it). Default 0: off, each wake delivered at once."""
     SCHEDULER_TICK_SECONDS: float = 1.0
     """How often the scheduler looks for due monitors. Default 1."""
     SCHEDULER_BATCH_SIZE: int = 500
@@ -213,6 +216,8 @@ class Settings:
                      "API_MAX_BODY_BYTES", "WEB_THREADS", "WEB_PUBLIC_THREADS", "DATABASE_MAX_CONNECTIONS"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{name} must be at least 1")
+        if not 0 <= self.WAKE_COALESCE_SECONDS <= 3600:
+            raise SettingsError("WAKE_COALESCE_SECONDS must be from 0 (off) to 3600")
         if self.FETCH_SHARED_CACHE_BYTES < 0:
             raise SettingsError("FETCH_SHARED_CACHE_BYTES must be 0 (sharing off) or more")
         if self.WAKE_PUSH_LEASE_SECONDS < 20:

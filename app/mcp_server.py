@@ -35,6 +35,9 @@ _CONTEXT = {
     "conversation_id": {"type": "string", "maxLength": 200,
                         "description": "Your runtime's id for this conversation: the one wakes resume."},
     "woken_by": {"type": "string", "description": "When this turn began with a wake: that wake's message id."},
+    "coalesce_seconds": {"type": "integer", "minimum": 0, "maximum": 3600,
+                         "description": "Deliver this conversation's wakes that arrive within this many seconds of "
+                                        "each other as one message, so you run once (0: each on its own)."},
 }
 _WAKES_INPUT = {
     "type": "object", "additionalProperties": False, "required": ["conversation_id"],
@@ -117,8 +120,9 @@ async def _answer(token: str | None, name: str, arguments: dict) -> dict:
     if name not in ANNOTATIONS:
         return {"ok": False, "error": f"There is no tool {name!r}; the tools are {', '.join(ANNOTATIONS)}."}
     context = {"conversation_id": conversation_id}
-    if "woken_by" in arguments:
-        context["woken_by"] = arguments.pop("woken_by")
+    for name_in_context in ("woken_by", "coalesce_seconds"):
+        if name_in_context in arguments:
+            context[name_in_context] = arguments.pop(name_in_context)
     action, arguments, context = parse_call({"action": name, "arguments": arguments, "context": context})
     return await run_call(lambda count: user_of_token(token, count), action, arguments, context)
 

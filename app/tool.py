@@ -12,6 +12,7 @@ from litestar.exceptions import ValidationException
 from litestar.params import Body, FromQuery
 
 from models import connection, utcnow
+from models.coalesce import seconds_error
 from models.conversations import conversation_for, find_conversation
 from models.dry_run import dry_run_result, first_read, prepare_dry_run, wants_dry_run
 from models.tool_actions import (
@@ -124,7 +125,7 @@ def _call(caller: Caller, action: str, arguments: dict, context: dict,
     with connection():
         user = caller(True)
         conversation = conversation_for(user, context["conversation_id"], context.get("channel") or "chat",
-                                        context.get("agent_id") or "")
+                                        context.get("agent_id") or "", context.get("coalesce_seconds"))
         try:
             if action == "monitor_list":
                 return {"ok": True, "result": monitor_list(user, conversation)}
@@ -224,6 +225,9 @@ def parse_call(data: Any) -> tuple[str, dict, dict]:
     for name in ("channel", "agent_id", "device"):
         if context.get(name) is not None and not isinstance(context[name], str):
             raise ValidationException(f"context.{name} must be a string.")
+    problem = seconds_error(context.get("coalesce_seconds"))
+    if problem:
+        raise ValidationException(problem)
     if _holds_nul(data):
         raise ValidationException("Text in the call must not contain NUL characters (\\u0000); remove them.")
     return action, arguments, context

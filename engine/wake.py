@@ -119,3 +119,48 @@ def wake_line(description: str, content: str) -> str:
     line = f"[vigil] {description}: {found}" if description else f"[vigil] {found}"
     line = "".join(ch for ch in line if ch.isprintable())
     return line if len(line) <= MAX_LINE_CHARS else line[: MAX_LINE_CHARS - 1] + "…"
+
+
+#: metadata.wake.source of a message that carries several wakes of one conversation's coalescing window
+COALESCED = "coalesced"
+
+
+def coalesced_head(count: int, monitors: int) -> str:
+    """The first line of a coalesced message: how many monitors fired (and how often, when one fired twice)."""
+    if count == monitors:
+        return f"{monitors} monitors fired; each wake follows, oldest first."
+    return f"{monitors} monitor{'s' if monitors != 1 else ''} fired {count} times; each wake follows, oldest first."
+
+
+def coalesced_text(wakes: list[tuple[dict, str]]) -> str:
+    """Several wakes (each its metadata and text) as one message: the head line, then each wake's own text under a
+    numbered rule naming its monitor."""
+    count = len(wakes)
+    parts = [coalesced_head(count, _monitors(wakes))]
+    for number, (meta, text) in enumerate(wakes, start=1):
+        parts.append(f"--- {number} of {count}: {_description(meta)} ---\n{text}")
+    return "\n\n".join(parts)
+
+
+def coalesced_metadata(wakes: list[tuple[dict, str]]) -> dict:
+    """metadata.wake says "coalesced"; metadata.wakes keeps each wake's own metadata, with the line `vigil watch`
+    prints for it."""
+    head = coalesced_head(len(wakes), _monitors(wakes))
+    return {"wake": {"source": COALESCED, "count": len(wakes), "description": head},
+            "wakes": [{**meta, "line": wake_line(_description(meta), text)} for meta, text in wakes]}
+
+
+def _monitors(wakes: list[tuple[dict, str]]) -> int:
+    return len({(meta.get("wake") or {}).get("ref_id") for meta, _ in wakes})
+
+
+def _description(meta: dict) -> str:
+    return (meta.get("wake") or {}).get("description", "")
+
+
+def wake_lines(metadata: dict, content: str) -> list[str]:
+    """`vigil watch`'s lines for one wake message: one per fact, so a coalesced message prints a line per wake."""
+    wake = metadata.get("wake") or {}
+    if wake.get("source") == COALESCED and metadata.get("wakes"):
+        return [item.get("line") or wake_line(_description(item), "") for item in metadata["wakes"]]
+    return [wake_line(wake.get("description", ""), content)]

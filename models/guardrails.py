@@ -40,7 +40,8 @@ def with_lineage(user: User, spec: MonitorSpec, woken_by: int | None) -> Monitor
     if woken_by is None:
         return spec
     parent = (Wake.select(Wake.message, Monitor.depth).join(Monitor)
-              .where((Wake.message == woken_by) & (Monitor.user == user)).first())
+              .where((Wake.message == woken_by) & (Monitor.user == user))
+              .order_by(Monitor.depth.desc()).first())  # a coalesced message carries several: the deepest counts
     if parent is None:
         raise LineageUnknown(f"context.woken_by {woken_by} is not a wake of this account; pass the id of the wake "
                                "message that started this run, or leave it out.")

@@ -12,13 +12,12 @@ from engine.pipeline import ERROR, FIRED, QUIET, Outcome
 from engine.sources import DOCUMENT_SOURCES, ERROR_PATH_SOURCES
 from engine.explain import change_data
 from engine.wake import ended_text, paused_text, time_text, wake_text
+from models.coalesce import deliver, hold, window_seconds
 from models.compiled import Compiled, run_prepared, with_id
-from models.conversations import append_message
 from models.db import database, iso, utcnow
 from models.runs import stop_runs
 from models.events import event_params, record_event, with_event
 from models.tables import ACTIVE, DONE, ERROR, PAUSED, Monitor, Wake
-from models.wake_endpoints import queue_pushes
 
 #: a field's new value in _claimed_update: one more than it was
 ONE_MORE = object()
@@ -326,14 +325,16 @@ def _update_sql(columns: tuple[tuple[str, bool], ...], with_its_event: bool) -> 
 
 _NEW_WAKE = Compiled(lambda monitor_id, dedupe_key, created_at: with_id(Wake.insert({
     Wake.monitor: monitor_id, Wake.dedupe_key: dedupe_key, Wake.created_at: created_at}).on_conflict_ignore()))
-_LINK_MESSAGE = Compiled(lambda message_id, wake_id: Wake.update({Wake.message: message_id}).where(Wake.id == wake_id))
 
 
 def write_wake(monitor: Monitor, source: str, dedupe_key: str, text: str, extra: dict):
-    """Append the wake message once per (monitor, dedupe_key); None when it was already written."""
+    """Append the wake message once per (monitor, dedupe_key); None when it was already written, or when the
+    conversation coalesces: then the wake is held, and counts as a wake from now, but its message is written with
+    the others of its window when the window closes (models/coalesce)."""
+    now = utcnow()
     if database.returning_clause:  # PostgreSQL: the new id comes back with the insert, none for a repeat
-        wake_id = _NEW_WAKE.inserted_id(monitor.id, dedupe_key, utcnow())
-    elif _NEW_WAKE.rowcount(monitor.id, dedupe_key, utcnow()) == 1:
+        wake_id = _NEW_WAKE.inserted_id(monitor.id, dedupe_key, now)
+    elif _NEW_WAKE.rowcount(monitor.id, dedupe_key, now) == 1:
         wake_id = Wake.get((Wake.monitor == monitor.id) & (Wake.dedupe_key == dedupe_key)).id
     else:
         wake_id = None
@@ -345,8 +346,8 @@ def write_wake(monitor: Monitor, source: str, dedupe_key: str, text: str, extra:
     if getattr(monitor, "note", ""):
         text = f"{text}\nYour note, as you wrote it when you armed this monitor:\n{monitor.note}"
         metadata["note"] = monitor.note
-    message = append_message(monitor.conversation_id, "wake", text, metadata)
-    _LINK_MESSAGE.rowcount(message.id, wake_id)
-    # the outbox: pushed to the account's wake endpoints, committed with the wake or not at all
-    message.pushes = queue_pushes(monitor.user_id, message.id, message.created_at)
-    return message
+    seconds = window_seconds(monitor.conversation_id)
+    if seconds:
+        hold(wake_id, monitor.conversation_id, monitor.user_id, text, metadata, now, seconds)
+        return None
+    return deliver(monitor.conversation_id, monitor.user_id, text, metadata, [wake_id])

@@ -35,6 +35,8 @@ class Conversation(BaseModel):
     title = peewee.CharField(max_length=200, default="")
     created_at = peewee.DateTimeField(default=utcnow)
     updated_at = peewee.DateTimeField(default=utcnow)
+    #: the conversation's own wake coalescing window, from context.coalesce_seconds (m0020); None: the setting's
+    coalesce_seconds = peewee.IntegerField(null=True)
 
     class Meta:
         table_name = "conversations"
@@ -157,6 +159,24 @@ class Wake(BaseModel):
     class Meta:
         table_name = "wakes"
         indexes = ((("monitor", "dedupe_key"), True),)
+
+
+class HeldWake(BaseModel):
+    """A wake written while its conversation coalesces (m0020): held until its window closes at due_at, then
+    delivered with the others of the window as one message (models/coalesce), and deleted."""
+    wake = peewee.ForeignKeyField(Wake, unique=True, on_delete="CASCADE")
+    conversation = peewee.ForeignKeyField(Conversation, on_delete="CASCADE", index=False)
+    user = peewee.ForeignKeyField(User, on_delete="CASCADE", index=False)
+    #: the wake's own message, as it would have been written alone
+    content = peewee.TextField()
+    metadata = JSONField(default=dict)
+    #: the window's end: the first held wake's time plus the conversation's coalescing seconds
+    due_at = peewee.DateTimeField()
+    created_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "held_wakes"
+        indexes = ((("conversation", "due_at"), False), (("due_at",), False))
 
 
 class JudgeModel(BaseModel):
@@ -460,7 +480,7 @@ class WakeAttempt(BaseModel):
         indexes = ((("endpoint", "attempted_at"), False),)
 
 
-ALL_TABLES = [User, ApiToken, Conversation, Message, Monitor, MonitorRun, Wake, JudgeModel, TokenUsage,
+ALL_TABLES = [User, ApiToken, Conversation, Message, Monitor, MonitorRun, Wake, HeldWake, JudgeModel, TokenUsage,
               TriggerLink, Delivery, AuditEvent, ApprovalRequest, Device, PairingCode, CommandRun, RunRecord,
               CommandApproval, Document, AgentTool, ToolApproval, McpConnection, WakeEndpoint, WakePush,
               WakeAttempt]

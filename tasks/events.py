@@ -61,6 +61,17 @@ def publish_wakes(monitor, messages: list) -> None:
     count_wakes(messages)
 
 
+def publish_coalesced(flushed: list) -> None:
+    """message.created for each coalesced window's message (models/coalesce.flush_due), then its pushes, as a wake
+    written at once would have had them."""
+    if flushed:
+        current().bus.publish_many([(f.user_id, "message.created", {"conversation_id": f.conversation_id,
+                                                                     **message_json(f.message)}) for f in flushed])
+    messages = [f.message for f in flushed]
+    queue_pushes_of(messages)
+    count_wakes(messages)
+
+
 def work_event(user_id: int, device_id: int) -> tuple[int, str, dict]:
     """The hint that wakes a device's long-poll: there is work, or a stop order (the poll reads which)."""
     return (user_id, "device.work", {"device_id": device_id})

@@ -12,6 +12,7 @@ from engine.http import FetchPolicy, Fetcher
 from engine.judge import JudgeModel
 from engine.shared_fetch import SharedFetches, Window
 from engine.sources import SourceIO, SourcePolicy
+from models.coalesce import coalesce_by_default
 from models.devices import Presence
 from models.events import keep_events
 from models.judging import DEFAULT_MODEL, JudgePolicy
@@ -83,6 +84,7 @@ _current: Runtime | None = None
 def configure(settings: Settings, bus: LocalBus | RedisBus | None = None) -> Runtime:
     global _current
     keep_events(settings.MONITOR_EVENTS_KEPT)
+    coalesce_by_default(settings.WAKE_COALESCE_SECONDS)
     _current = Runtime(settings, bus or make_bus(settings.REDIS_URL, settings.DATABASE_URL))
     return _current
 

@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 
 from models import connection, utcnow
 from models.claims import claim_due, release
+from models.coalesce import flush_due
 from engine.pipeline import ERROR, Outcome
 from models.commands import expire_runs, unchecked_results
 from models.devices import mark_offline
@@ -27,7 +28,7 @@ from tasks.broker import UNAVAILABLE
 from tasks.checks import BATCH_SIZE, check_monitors
 from tasks.deliveries import process_delivery
 from tasks.commands import check_command_result
-from tasks.events import publish_device, publish_monitor
+from tasks.events import publish_coalesced, publish_device, publish_monitor
 from tasks.pushes import sweep_pushes
 from tasks.runtime import current
 from adapters.logs import first_line
@@ -40,10 +41,11 @@ PUSH_GRACE = timedelta(seconds=2)
 
 
 def tick(now: datetime, batch_size: int) -> int:
-    """One pass: end expired monitors, queue due wake pushes, claim due monitors and enqueue a check for each.
-    Returns how many monitors."""
+    """One pass: end expired monitors, deliver closed coalescing windows, queue due wake pushes, claim due
+    monitors and enqueue a check for each. Returns how many monitors."""
     for monitor, message in expire_due(now):
         publish_monitor(monitor, message)
+    publish_coalesced(flush_due(now))  # wake coalescing: the windows that closed, one message each
     for monitor, message in miss_due(now, current().lifecycle):  # trigger links whose deliveries stopped coming
         publish_monitor(monitor, message)
     devices_tick(now)

@@ -2,8 +2,9 @@
 (Claude Code's Monitor; seed 002's shape).
 
 It follows the account's event stream (/api/events) and prints one line per wake:
-`[vigil] <description>: <first line of what was found>`. After each (re)connect it first reads what it missed
-from /api/wakes after its cursor, which is kept under --state-dir, so a restart of Vigil or of the watch
+`[vigil] <description>: <first line of what was found>`; a coalesced message (several wakes of one conversation
+delivered together) prints one such line for each wake it carries. After each (re)connect it first reads what it
+missed from /api/wakes after its cursor, which is kept under --state-dir, so a restart of Vigil or of the watch
 neither loses a wake nor prints one twice. At --timeout it prints a line saying so and exits 0.
 """
 
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import requests
 
-from engine.wake import wake_line
+from engine.wake import wake_lines
 
 #: the longest wait between reconnects
 MAX_BACKOFF_SECONDS = 15.0
@@ -162,8 +163,8 @@ class Watch:
         stored = self.cursor()
         if stored is not None and stored.isdigit() and message["id"] <= int(stored):
             return
-        description = ((message.get("metadata") or {}).get("wake") or {}).get("description", "")
-        _say(wake_line(description, message.get("content", "")))
+        for line in wake_lines(message.get("metadata") or {}, message.get("content", "")):
+            _say(line)
         self.printed.add(message["id"])
         self.save(str(message["id"]))
 

@@ -124,6 +124,8 @@ def test_mcp_lists_four_tools_with_annotations_and_the_monitor_tools_schemas(web
         own = dict(schema["properties"])
         assert set(own.pop("conversation_id")) >= {"type", "description"}
         assert own.pop("woken_by")["type"] == "string"
+        assert own.pop("coalesce_seconds") | {"description": ""} == {"type": "integer", "minimum": 0,
+                                                                     "maximum": 3600, "description": ""}
         assert own == actions[name]["properties"], name
         assert schema["required"] == ["conversation_id", *actions[name].get("required", [])]
         assert schema["additionalProperties"] is False
@@ -204,6 +206,19 @@ def test_mcp_bad_calls_are_error_results_that_say_what_to_fix_and_create_nothing
     assert session(web.base, owner[1], steps) == {"ok": True, "result": {"monitors": []}}
     with db():
         assert Monitor.select().count() == 0
+
+
+def test_mcp_sets_the_conversations_coalescing_window_and_refuses_a_bad_one(web, owner):
+    chat = {"conversation_id": "chat-coalesce"}
+
+    async def steps(client):
+        bad = await call(client, "monitor_list", {**chat, "coalesce_seconds": 7200})
+        assert bad["ok"] is False and "3600" in json.dumps(bad), bad
+        return await call(client, "monitor_list", {**chat, "coalesce_seconds": 30})
+
+    assert session(web.base, owner[1], steps)["ok"] is True
+    with db():
+        assert Conversation.get(Conversation.external_id == "chat-coalesce").coalesce_seconds == 30
 
 
 def test_mcp_wakes_read_without_a_conversation_is_an_error_result(web, owner):

@@ -1,0 +1,133 @@
+"""Wake coalescing (issue 18): a conversation's wakes within its window reach the agent as one message.
+
+Several monitors of one conversation firing close together would each resume the agent; with a window, the agent
+runs once and reads every fact. A conversation coalesces when its own coalesce_seconds (context.coalesce_seconds),
+else the WAKE_COALESCE_SECONDS setting, is above 0. Each wake still gets its Wake row, so every fact is deduped on
+its own (monitor, dedupe key); instead of a message it is held (held_wakes) until the window that the first held
+wake opened closes. The scheduler's tick then delivers what each closed conversation holds as one message, links
+every held Wake to it and queues its pushes, in one transaction; a window that held one wake delivers it as the
+plain wake it would have been. Held rows are claimed FOR UPDATE SKIP LOCKED on PostgreSQL, so two schedulers
+never deliver one twice (SQLite has one writer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from itertools import groupby
+
+from engine.wake import coalesced_metadata, coalesced_text
+from models.compiled import Compiled
+from models.conversations import append_message
+from models.db import database, write_transaction
+from models.tables import Conversation, HeldWake, Message, Wake
+from models.wake_endpoints import queue_pushes
+
+#: the longest window, for the setting and context.coalesce_seconds alike
+MAX_SECONDS = 3600
+#: WAKE_COALESCE_SECONDS: the window of a conversation that set none (tasks/runtime.configure sets it)
+DEFAULT_SECONDS = 0
+#: conversations whose windows one flush closes; the rest wait for the next tick
+FLUSH_LIMIT = 100
+
+
+def coalesce_by_default(seconds: int) -> None:
+    global DEFAULT_SECONDS
+    DEFAULT_SECONDS = seconds
+
+
+def seconds_error(value) -> str | None:
+    """Why a context.coalesce_seconds can't be used, in one sentence for the runtime; None when it can, or when
+    none was given (None)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SECONDS:
+        return f"context.coalesce_seconds must be a whole number of seconds from 0 (off) to {MAX_SECONDS}."
+    return None
+
+
+def window(own: int | None, default: int) -> int:
+    """The conversation's window: its own when it set one (0 turns coalescing off for it), else the default."""
+    return default if own is None else own
+
+
+def due_at(open_due: datetime | None, now: datetime, seconds: int) -> datetime:
+    """When a wake held at `now` is delivered: with the window already open, else at the end of one opening now."""
+    return open_due if open_due is not None else now + timedelta(seconds=seconds)
+
+
+_OWN_WINDOW = Compiled(lambda conversation_id: Conversation.select(Conversation.coalesce_seconds)
+                       .where(Conversation.id == conversation_id))
+
+
+def window_seconds(conversation_id: int) -> int:
+    return window(_OWN_WINDOW.scalar(conversation_id), DEFAULT_SECONDS)
+
+
+def hold(wake_id: int, conversation_id: int, user_id: int, content: str, metadata: dict, now: datetime,
+         seconds: int) -> datetime:
+    """Hold a wake, with its message as it would have been alone, until its conversation's window closes; when."""
+    opened = (HeldWake.select(HeldWake.due_at).where(HeldWake.conversation == conversation_id)
+              .order_by(HeldWake.due_at).first())
+    due = due_at(opened.due_at if opened else None, now, seconds)
+    HeldWake.insert({HeldWake.wake: wake_id, HeldWake.conversation: conversation_id, HeldWake.user: user_id,
+                     HeldWake.content: content, HeldWake.metadata: metadata, HeldWake.due_at: due,
+                     HeldWake.created_at: now}).execute()
+    return due
+
+
+_LINK_MESSAGE = Compiled(lambda message_id, wake_id: Wake.update({Wake.message: message_id}).where(Wake.id == wake_id))
+
+
+def deliver(conversation_id: int, user_id: int, text: str, metadata: dict, wake_ids: list[int]) -> Message:
+    """The wake message, each wake it carries linked to it, and its pushes to the account's wake endpoints (the
+    outbox), in the caller's transaction: committed with the wakes or not at all."""
+    message = append_message(conversation_id, "wake", text, metadata)
+    for wake_id in wake_ids:
+        _LINK_MESSAGE.rowcount(message.id, wake_id)
+    message.pushes = queue_pushes(user_id, message.id, message.created_at)
+    return message
+
+
+@dataclass(frozen=True)
+class Flushed:
+    """A closed window's message, with what publishing it needs: its account and the runtime's conversation id."""
+    user_id: int
+    conversation_id: str
+    message: Message
+
+
+def flush_due(now: datetime) -> list[Flushed]:
+    """Deliver the held wakes of every conversation whose window closed by `now`, one message each. A tick with
+    none due reads one index entry and takes no write lock (SQLite's is the whole database)."""
+    if not HeldWake.select(HeldWake.id).where(HeldWake.due_at <= now).exists():
+        return []
+    with write_transaction():
+        held = _claim_closed(now)
+        return [_deliver_window(list(rows)) for _, rows in groupby(held, key=lambda row: row.conversation_id)]
+
+
+def _claim_closed(now: datetime) -> list[HeldWake]:
+    """What the closed windows hold, by conversation, oldest first; rows another scheduler holds are skipped."""
+    closed = (HeldWake.select(HeldWake.conversation).where(HeldWake.due_at <= now).distinct()
+              .limit(FLUSH_LIMIT))
+    query = (HeldWake.select().where(HeldWake.conversation.in_(closed))
+             .order_by(HeldWake.conversation, HeldWake.id))
+    if database.for_update:
+        query = query.for_update(skip_locked=True)
+    return list(query)
+
+
+def _deliver_window(rows: list[HeldWake]) -> Flushed:
+    """One message for the window: a lone wake as itself, several as a list of each (engine.wake.coalesced_text)."""
+    first = rows[0]
+    wakes = [(row.metadata, row.content) for row in rows]
+    if len(rows) == 1:
+        text, metadata = first.content, first.metadata
+    else:
+        text, metadata = coalesced_text(wakes), coalesced_metadata(wakes)
+    message = deliver(first.conversation_id, first.user_id, text, metadata, [row.wake_id for row in rows])
+    HeldWake.delete().where(HeldWake.id.in_([row.id for row in rows])).execute()
+    external_id = Conversation.select(Conversation.external_id).where(Conversation.id == first.conversation_id) \
+        .scalar()
+    return Flushed(first.user_id, external_id, message)
