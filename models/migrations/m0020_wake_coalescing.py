@@ -4,23 +4,12 @@ together as one message."""
 
 import peewee
 
+from models.migrations._frozen import base_model, stand_in
+
 
 def up(db: peewee.Database) -> None:
-    class Base(peewee.Model):
-        class Meta:
-            database = db
-
-    class User(Base):
-        class Meta:
-            table_name = "users"
-
-    class Conversation(Base):
-        class Meta:
-            table_name = "conversations"
-
-    class Wake(Base):
-        class Meta:
-            table_name = "wakes"
+    Base = base_model(db)
+    User, Conversation, Wake = (stand_in(Base, name) for name in ("users", "conversations", "wakes"))
 
     class HeldWake(Base):
         wake = peewee.ForeignKeyField(Wake, unique=True, on_delete="CASCADE")
