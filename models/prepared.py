@@ -20,6 +20,7 @@ from models.db import database
 
 #: pgcodes of "no such prepared statement" and "it exists already"
 _POOLER_CODES = {"26000", "42P05"}
+_EXISTS = "42P05"
 _prepared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -35,9 +36,13 @@ def execute(name: str, sql: str, params: tuple):
             done.add(name)
         return database.execute_sql(_execute_sql(name, len(params)), params)
     except peewee.DatabaseError as exc:
-        if getattr(getattr(exc, "orig", None), "pgcode", None) not in _POOLER_CODES:
+        code = getattr(getattr(exc, "orig", None), "pgcode", None)
+        if code not in _POOLER_CODES:
             raise
-        done.clear()  # DISCARD ALL or DEALLOCATE ALL drops them all: each is prepared again on its next use
+        if code == _EXISTS:
+            done.add(name)  # prepared already on this server connection: executed from its next use on
+        else:
+            done.clear()  # DISCARD ALL or DEALLOCATE ALL drops them all: each is prepared again on its next use
         return database.execute_sql(sql, params)
 
 

@@ -30,3 +30,15 @@ def test_a_statement_the_server_lost_runs_as_text_then_is_prepared_again(postgre
         assert server_statements() == []
         assert prepared.execute("vigil_test_add", SQL, (7, 7)).fetchone() == (14,)
         assert server_statements() == ["vigil_test_add"]
+
+
+def test_a_statement_the_server_already_holds_is_executed_from_then_on(postgres):
+    """A pooler may hand this connection a server connection that prepared it already: the next uses EXECUTE
+    it, instead of trying PREPARE (refused, 42P05) every time."""
+    with db():
+        prepared.execute("vigil_test_held", SQL, (1, 2))
+        prepared._prepared[prepared.database.connection()].clear()  # as if this process had not prepared it
+        assert prepared.execute("vigil_test_held", SQL, (2, 2)).fetchone() == (4,)  # refused PREPARE: as text
+        assert "vigil_test_held" in prepared._prepared[prepared.database.connection()]
+        assert prepared.execute("vigil_test_held", SQL, (3, 2)).fetchone() == (5,)
+        assert "vigil_test_held" in server_statements()
