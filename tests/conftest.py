@@ -25,13 +25,15 @@ def for_worker_database(url: str) -> str:
 
 
 def for_worker_redis(url: str) -> str:
-    """Redis db N → N - 2 × the worker's number (mod 16): the test and e2e dbs (15 and 14 by default) of each
-    worker are apart from every other worker's."""
+    """Redis db N for worker gw0, N - 10 for gw1, then two lower for each further worker (mod 16): with the
+    defaults (15 for tests, 14 for e2e) workers use 15/14, 5/4, 3/2, 1/0, clear of the benches' dbs (6 to 13), so a
+    bench running beside the test command never flushes a worker's queued messages."""
     if not WORKER:
         return url
     parsed = urlparse(url)
-    number = int(parsed.path.strip("/") or 0)
-    return parsed._replace(path=f"/{(number - 2 * int(WORKER.removeprefix('gw'))) % 16}").geturl()
+    number, worker = int(parsed.path.strip("/") or 0), int(WORKER.removeprefix("gw"))
+    offset = 0 if worker == 0 else 10 + 2 * (worker - 1)
+    return parsed._replace(path=f"/{(number - offset) % 16}").geturl()
 
 
 TEST_DATABASE_URL = for_worker_database(
