@@ -25,8 +25,11 @@ if str(ROOT) not in sys.path:
 from bench.common import PYTHON, RESULTS, failed, hold_signals, prepare, publish, versions  # noqa: E402
 
 #: in the order they run: the cheap ones first, so a broken set-up shows early
-BENCHMARKS = ("judge_calls", "quiet_checks", "trigger_ingest", "wake_push", "stream_lines", "time_and_documents",
-              "tool_polls", "web_under_load", "scheduler_cost", "memory")
+BENCHMARKS = ("judge_calls", "quiet_checks", "trigger_ingest", "wake_push", "wake_push_coalesce", "dry_run",
+              "stream_lines", "time_and_documents", "tool_polls", "web_under_load", "scheduler_cost", "expect_cost",
+              "memory")
+#: a benchmark that is a case of another's file: (its file, its arguments)
+CASES = {"wake_push_coalesce": ("wake_push", ["--coalesce"])}
 
 
 def run_one(name: str) -> tuple[int, float]:
@@ -34,7 +37,8 @@ def run_one(name: str) -> tuple[int, float]:
     (RESULTS / f"{name}.json").unlink(missing_ok=True)  # a failed run must not report the last run's figures
     print(f"\n=== {name} ===", flush=True)
     started = time.monotonic()
-    proc = subprocess.Popen([PYTHON, str(ROOT / "bench" / f"{name}.py")], cwd=ROOT)
+    script, arguments = CASES.get(name, (name, []))
+    proc = subprocess.Popen([PYTHON, str(ROOT / "bench" / f"{script}.py"), *arguments], cwd=ROOT)
     try:
         code = proc.wait()
     except KeyboardInterrupt:

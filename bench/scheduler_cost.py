@@ -107,13 +107,18 @@ class Db(common.Db):
         return seq, idx or 0, rows, blocks
 
 
-def seed(base: str, armed: int, due: int, window: float, interval: int) -> datetime:
-    """A fresh schema with `armed` monitors of which `due` come due in [t0, t0 + window); returns t0 (naive UTC)."""
+def fresh_schema() -> None:
+    """vigil_bench_sched with its schema dropped and made again by `vigil migrate`."""
     fresh_database(DB_NAME)
     try:
         vigil_command("migrate", env=ENV)
     except AssertionError as exc:
         raise BenchError(str(exc)) from None
+
+
+def seed(base: str, armed: int, due: int, window: float, interval: int) -> datetime:
+    """A fresh schema with `armed` monitors of which `due` come due in [t0, t0 + window); returns t0 (naive UTC)."""
+    fresh_schema()
     seed_page_monitors(ENV, base, 1, change_spec(interval), lambda now: now + timedelta(days=1))
     db = Db()
     template, created = db.query("SELECT id, created_at FROM monitors")[0]
@@ -141,6 +146,19 @@ def sleep_until(when: datetime, procs: Processes) -> None:
         time.sleep(min(left, 0.5))
 
 
+def measure(phase: Phase, scheduler_pid: int, db: Db, until: datetime, procs: Processes) -> None:
+    """From now until `until`: the scheduler's CPU (its process tree), its PostgreSQL backends' CPU and the work
+    PostgreSQL did, into `phase` (one window)."""
+    work0 = db.work()
+    pg0, cpu0, wall0 = db.backend_cpu(), tree_cpu(scheduler_pid), time.perf_counter()
+    sleep_until(until, procs)
+    phase.scheduler_cpu = tree_cpu(scheduler_pid) - cpu0
+    phase.pg_cpu = db.backend_cpu_since(pg0)
+    phase.wall = time.perf_counter() - wall0
+    phase.seq_scans, phase.idx_scans, phase.rows_read, phase.blocks = (b - a for a, b in zip(work0, db.work()))
+    phase.windows = [phase.per_minute(phase.total)]
+
+
 def run_phase(name: str, base: str, armed: int, due: int, window: float, interval: int, procs: Processes) -> Phase:
     print(f"{name}: {armed:,} armed monitors, {due:,} due within {window:g}s …", flush=True)
     t0 = seed(base, armed, due, window, interval)
@@ -152,14 +170,7 @@ def run_phase(name: str, base: str, armed: int, due: int, window: float, interva
         sleep_until(t0, procs)
         phase = Phase(name, armed)
         phase.claimed_early = db.scalar("SELECT coalesce(sum(claim_seq), 0) FROM monitors")
-        work0 = db.work()
-        pg0, cpu0, wall0 = db.backend_cpu(), tree_cpu(scheduler.pid), time.perf_counter()
-        sleep_until(t0 + timedelta(seconds=window + TAIL_SECONDS), procs)
-        phase.scheduler_cpu = tree_cpu(scheduler.pid) - cpu0
-        phase.pg_cpu = db.backend_cpu_since(pg0)
-        phase.wall = time.perf_counter() - wall0
-        phase.seq_scans, phase.idx_scans, phase.rows_read, phase.blocks = (b - a for a, b in zip(work0, db.work()))
-        phase.windows = [phase.per_minute(phase.total)]
+        measure(phase, scheduler.pid, db, t0 + timedelta(seconds=window + TAIL_SECONDS), procs)
         phase.claims = db.scalar("SELECT coalesce(sum(claim_seq), 0) FROM monitors") - phase.claimed_early
         phase.left_due = db.scalar("SELECT count(*) FROM monitors WHERE status = 'active' AND next_check_at <= %s",
                                    (t0 + timedelta(seconds=window),))
@@ -172,13 +183,34 @@ def run_phase(name: str, base: str, armed: int, due: int, window: float, interva
     return phase
 
 
+CPU_NOTE = ("- CPU: /proc utime+stime of the scheduler process and of this database's PostgreSQL backends; work: "
+            "pg_stat_database (rows read = tup_returned + tup_fetched, pages = blks_hit + blks_read) and "
+            "pg_stat_user_tables for monitors")
+
+
+def fmt(value: float) -> str:
+    return "n/a" if value != value else f"{value:.3f}"
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b else float("nan")
+
+
+def phase_table(phases, counted: str) -> list[str]:
+    """One row a phase: its CPU and PostgreSQL work per minute; `counted` names what phase.claims counts."""
+    lines = [f"| phase | armed | {counted} | wall s | scheduler CPU-s/min | PostgreSQL CPU-s/min | total CPU-s/min "
+             "| total CPU-s/min, each window | rows read/min | pages read/min | monitors seq scans/min "
+             "| index scans/min |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for p in phases:
+        lines.append(f"| {p.name} | {p.armed:,} | {p.claims:,} | {p.wall:.1f} | {fmt(p.per_minute(p.scheduler_cpu))} | "
+                     f"{fmt(p.per_minute(p.pg_cpu))} | {fmt(p.per_minute(p.total))} | "
+                     f"{', '.join(fmt(w) for w in p.windows)} | {p.per_minute(p.rows_read):,.0f} | "
+                     f"{p.per_minute(p.blocks):,.0f} | {p.per_minute(p.seq_scans):.0f} | "
+                     f"{p.per_minute(p.idx_scans):.0f} |")
+    return lines
+
+
 def report(args, header: list[str], vers: str, armed: Phase, small: Phase) -> tuple[str, list[dict]]:
-    def ratio(a: float, b: float) -> float:
-        return a / b if b else float("nan")
-
-    def f(value: float) -> str:
-        return "n/a" if value != value else f"{value:.3f}"
-
     cpu_ratio = ratio(armed.best, small.best)
     rows_ratio = ratio(armed.per_minute(armed.rows_read), small.per_minute(small.rows_read))
     planned = args.due * args.rounds
@@ -187,17 +219,7 @@ def report(args, header: list[str], vers: str, armed: Phase, small: Phase) -> tu
              f"- `vigil scheduler` (tick 1 s, batch 500), no worker; PostgreSQL database {DB_NAME}, Redis db 9; "
              f"interval {args.interval:,} s; each phase measured over {args.rounds} windows of {args.window:g} s "
              f"(+ {TAIL_SECONDS:g} s each), in the order armed, baseline, baseline, armed, …",
-             "- CPU: /proc utime+stime of the scheduler process and of this database's PostgreSQL backends; work: "
-             "pg_stat_database (rows read = tup_returned + tup_fetched, pages = blks_hit + blks_read) and "
-             "pg_stat_user_tables for monitors", "",
-             "| phase | armed | claims | wall s | scheduler CPU-s/min | PostgreSQL CPU-s/min | total CPU-s/min "
-             "| total CPU-s/min, each window | rows read/min | pages read/min | monitors seq scans/min "
-             "| index scans/min |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for p in (armed, small):
-        lines.append(f"| {p.name} | {p.armed:,} | {p.claims:,} | {p.wall:.1f} | {f(p.per_minute(p.scheduler_cpu))} | "
-                     f"{f(p.per_minute(p.pg_cpu))} | {f(p.per_minute(p.total))} | "
-                     f"{', '.join(f(w) for w in p.windows)} | {p.per_minute(p.rows_read):,.0f} | "
-                     f"{p.per_minute(p.blocks):,.0f} | {p.per_minute(p.seq_scans):.0f} | {p.per_minute(p.idx_scans):.0f} |")
+             CPU_NOTE, "", *phase_table((armed, small), "claims")]
     rows = [
         ("total CPU per minute (scheduler + PostgreSQL), armed ÷ baseline, each at its least loaded window",
          cpu_ratio, f"≤ {GOAL:g}", cpu_ratio <= GOAL),
@@ -211,7 +233,7 @@ def report(args, header: list[str], vers: str, armed: Phase, small: Phase) -> tu
         ("buffer pages read per minute, armed ÷ baseline",
          ratio(armed.per_minute(armed.blocks), small.per_minute(small.blocks)), "—", None)]
     lines += ["", "| ratio (same run) | measured | goal | met |", "|---|---:|---:|:---:|"]
-    lines += [f"| {label} | {f(value)} | {goal} | {'—' if met is None else 'yes' if met else 'NO'} |"
+    lines += [f"| {label} | {fmt(value)} | {goal} | {'—' if met is None else 'yes' if met else 'NO'} |"
               for label, value, goal, met in rows]
     lines += ["", "Checks:", "",
               f"- claims in the windows: {armed.claims:,} with {armed.armed:,} armed, {small.claims:,} with "
@@ -224,12 +246,20 @@ def report(args, header: list[str], vers: str, armed: Phase, small: Phase) -> tu
               f"- load average at end: {' '.join(Path('/proc/loadavg').read_text().split()[:3])}"]
     due = f"{args.due:,} due/min" if args.window == 60 else f"{args.due:,} due per {args.window:g} s"
     figures = [figure(f"scheduler + PostgreSQL CPU/min, {armed.armed:,} armed vs {small.armed:,}, {due}",
-                      f"{f(armed.best)} s/min", f"{f(small.best)} s/min", cpu_ratio, f"≤ {GOAL:g}",
+                      f"{fmt(armed.best)} s/min", f"{fmt(small.best)} s/min", cpu_ratio, f"≤ {GOAL:g}",
                       cpu_ratio <= GOAL and same),
                figure(f"rows PostgreSQL reads per minute for the scheduler, {armed.armed:,} armed vs {small.armed:,}",
                       f"{armed.per_minute(armed.rows_read):,.0f}", f"{small.per_minute(small.rows_read):,.0f}",
                       rows_ratio, f"≤ {GOAL:g}", rows_ratio <= GOAL and same)]
     return "\n".join(lines) + "\n", figures
+
+
+def alternate(rounds: int, first: Phase, second: Phase, run) -> None:
+    """run(phase) `rounds` times for each, in the order first, second, second, first, …, each result added to its
+    phase: a drift of the machine's load during the run weighs on both alike."""
+    for number in range(rounds):
+        for total in (first, second)[::1 if number % 2 == 0 else -1]:
+            total.add(run(total))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,9 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         wait_listening(port, procs)
         base = f"http://127.0.0.1:{port}"
         armed, small = Phase("armed", args.armed), Phase("baseline", args.due)
-        for number in range(args.rounds):
-            for total, count in ((armed, args.armed), (small, args.due))[::1 if number % 2 == 0 else -1]:
-                total.add(run_phase(total.name, base, count, args.due, args.window, args.interval, procs))
+        alternate(args.rounds, armed, small,
+                  lambda p: run_phase(p.name, base, p.armed, args.due, args.window, args.interval, procs))
         text_out, figures = report(args, header, versions(), armed, small)
     except (KeyboardInterrupt, BenchError) as exc:
         return failed(exc)

@@ -1,5 +1,5 @@
-"""Pieces of bench/wake_push.py: the receiver (its own process), the baseline's signed POST loop, and reading
-back what each wake went through on its way to the receiver."""
+"""Pieces of bench/wake_push.py: the receiver (its own process), the baseline's signed POST loop, reading back
+what each wake went through on its way to the receiver, and the `--coalesce` case's read-back of its bursts."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ import requests  # noqa: E402
 from standardwebhooks import Webhook  # noqa: E402
 
 from bench.common import Db  # noqa: E402
+from bench.trigger_parts import EventStream  # noqa: E402
 
 #: the receiver's two paths: Vigil's endpoint, and the baseline loop's
 VIGIL_PATH, BASELINE_PATH = "/vigil", "/baseline"
@@ -336,3 +337,92 @@ def gaps(wakes, start: str, end: str) -> list[float]:
     """Seconds from `start` to `end` of every wake that has both."""
     return [getattr(w, end) - getattr(w, start) for w in wakes
             if getattr(w, start) is not None and getattr(w, end) is not None]
+
+
+# ----------------------------------------------------------------------------------------------
+# --coalesce: bursts of one conversation's wakes, held and delivered as one message by the scheduler's tick
+
+
+#: a coalesced message's sections: "--- i of N: <description> ---" (engine/wake.coalesced_text)
+SECTION = re.compile(r"^--- \d+ of \d+: .* ---$", re.MULTILINE)
+
+
+@dataclass
+class Burst:
+    """One burst: K deliveries to K monitors of one conversation within a second, coalescing on or off; the
+    worker's and the scheduler's CPU over its busy spans (the idle wait for the window's close left out)."""
+    mode: str                     # "on" or "off"
+    tag: str
+    sent: dict[str, tuple[float, float]] = field(default_factory=dict)  # marker → (POST sent, 202)
+    worker_cpu: float = 0.0
+    scheduler_cpu: float = 0.0
+    seconds: float = 0.0
+    messages: list[tuple[int, str, float]] = field(default_factory=list)  # (id, content, created_at) with its markers
+    opened: dict[int, float] = field(default_factory=dict)                # message id → its first wake's created_at
+    pushes: list[dict] = field(default_factory=list)                      # the receiver's records of this burst
+    events: int = 0                                                       # message.created on the stream
+
+
+def markers_in(text: str, run: str) -> list[str]:
+    return re.findall(rf"tib-{run}-[a-z]+\d+", text)
+
+
+def tag_of(marker: str) -> str:
+    return re.sub(r"\d+$", "", marker.rsplit("-", 1)[1])
+
+
+def read_bursts(db: Db, receiver: Receiver, stream_messages: list[set[str]], bursts: list[Burst], run: str) -> None:
+    """Each burst's wake messages (and the created_at of the first wake each carries), its pushes and its events."""
+    by_tag = {b.tag: b for b in bursts}
+    opened = dict(db.query("SELECT message_id, min(created_at) FROM wakes WHERE message_id IS NOT NULL "
+                           "GROUP BY message_id"))
+    for message_id, content, created in db.query(
+            "SELECT id, content, created_at FROM messages WHERE role = 'wake' AND content LIKE %s", (f"%tib-{run}-%",)):
+        for tag in {tag_of(m) for m in markers_in(content, run)} & by_tag.keys():
+            by_tag[tag].messages.append((message_id, content, epoch(created)))
+            by_tag[tag].opened[message_id] = epoch(opened.get(message_id))
+    for record in receiver.of(VIGIL_PATH):
+        for tag in {tag_of(m) for m in markers_in(record["body"], run)} & by_tag.keys():
+            by_tag[tag].pushes.append(record)
+    for found in stream_messages:
+        for tag in {tag_of(m) for m in found} & by_tag.keys():
+            by_tag[tag].events += 1
+
+
+def facts_once(b: Burst) -> int:
+    """How many of the burst's accepted deliveries are in exactly one section of exactly one of its messages (a
+    plain wake is one section)."""
+    def sections(content: str) -> list[str]:
+        return SECTION.split(content)[1:] if SECTION.search(content) else [content]
+    every = [section for _, content, _ in b.messages for section in sections(content)]
+    return sum(1 for marker in b.sent if sum(1 for s in every if re.search(rf"{re.escape(marker)}(?!\d)", s)) == 1)
+
+
+def close_to_push(b: Burst, window: float) -> list[float]:
+    """Seconds from each message's window close (its first wake + the window) to the receiver having its push."""
+    arrived = {json.loads(rec["body"])["data"]["message"]["id"]: rec["arrived"] for rec in b.pushes}
+    return [arrived[m] - (b.opened[m] + window) for m, _, _ in b.messages if m in arrived and b.opened.get(m)]
+
+
+def close_to_stored(b: Burst, window: float) -> list[float]:
+    return [created - (b.opened[m] + window) for m, _, created in b.messages if b.opened.get(m)]
+
+
+def stored_to_push(b: Burst) -> list[float]:
+    arrived = {json.loads(rec["body"])["data"]["message"]["id"]: rec["arrived"] for rec in b.pushes}
+    return [arrived[m] - created for m, _, created in b.messages if m in arrived]
+
+
+class MessageStream(EventStream):
+    """GET /api/events with the runtime token: every message.created of the run, as the set of markers its content
+    carries (a coalesced message carries several)."""
+
+    def __init__(self, port: int, token: str, run: str) -> None:
+        self.run, self.messages = run, []
+        super().__init__(port, token, set(), re.compile(rf"tib-{run}-"))
+
+    def _dispatch(self, event: str, raw: str, at: float) -> None:
+        if event == "message.created":
+            found = set(markers_in(json.loads(raw).get("content", ""), self.run))
+            if found:
+                self.messages.append(found)
