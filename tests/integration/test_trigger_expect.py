@@ -5,6 +5,7 @@ a resume restarts it, and a bad expect creates nothing."""
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -119,6 +120,19 @@ def test_two_schedulers_at_once_wake_each_missed_window_once(client, owner):
     assert all(sources(monitor_id) == ["trigger_missed"] for monitor_id in ids)
     rows = [monitor_row(monitor_id) for monitor_id in ids]
     assert all(row.wakes_used == 1 and row.expect_missed_count == 1 for row in rows)  # counted once, too
+
+
+def test_a_burst_of_misses_is_told_a_part_per_tick_and_the_rest_at_once_after(client, owner):
+    """A tick's time for misses ran out (here at once): one is told, the scheduler is told more are left, and the
+    next pass tells the rest; none twice."""
+    ids = [expecting(client, owner[1], HOURLY)["monitor_id"] for _ in range(3)]
+    now = monitor_row(ids[-1]).created_at + timedelta(minutes=71)
+    with db():
+        first = miss_due(now, until=time.monotonic())
+        assert len(first) == 1 and first.more is True
+        rest = miss_due(now)
+    assert rest.more is False and sorted(m.id for m, _ in first + rest) == sorted(ids)
+    assert all(sources(monitor_id) == ["trigger_missed"] for monitor_id in ids)
 
 
 def test_a_delivery_still_in_the_queue_is_not_a_miss(client, owner):
