@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/run_all.py [--only quiet_checks,memory] [--skip judge_calls]
 
-Each benchmark runs as its own process with its default sizes (~15 minutes in all) and writes its full
+Each benchmark runs as its own process with its default sizes (~23 minutes in all) and writes its full
 report to bench/results/<name>.md and its headline figures to bench/results/<name>.json; this collects the
 figures. A benchmark that fails is reported as failed and the others still run. See bench/README.md.
 """
