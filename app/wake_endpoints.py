@@ -14,6 +14,7 @@ from litestar.params import Body, FromPath
 from litestar.response import Redirect, Template
 
 from app.auth import api_user, check_csrf, csrf_token, session_user
+from app.openapi import errors
 from app.pages import Form
 from models import connection, utcnow
 from models.conversations import user_conversations
@@ -27,7 +28,7 @@ NO_STORE = {"Cache-Control": "no-store"}
 
 
 class WakeEndpointsController(Controller):
-    @post("/api/wake-endpoints", status_code=201, sync_to_thread=True)
+    @post("/api/wake-endpoints", status_code=201, sync_to_thread=True, responses=errors(400, 401, 403, 409, 429))
     def add(self, request: Request, data: Annotated[Any, Body()]) -> Response:
         """Register {url, description?}; the answer holds the signing secret, shown this once."""
         user = _caller(request)
@@ -41,13 +42,13 @@ class WakeEndpointsController(Controller):
             return Response({"detail": exc.message, "status_code": exc.status}, status_code=exc.status)
         return Response({**endpoint_json(endpoint), "secret": secret}, status_code=201, headers=NO_STORE)
 
-    @get("/api/wake-endpoints", sync_to_thread=True)
+    @get("/api/wake-endpoints", sync_to_thread=True, responses=errors(401, 429))
     def list_all(self, request: Request) -> Response:
         user = _caller(request)
         with connection():
             return Response({"endpoints": [endpoint_json(e) for e in user_endpoints(user)]}, headers=NO_STORE)
 
-    @get("/api/wake-endpoints/{endpoint_id:int}/attempts", sync_to_thread=True)
+    @get("/api/wake-endpoints/{endpoint_id:int}/attempts", sync_to_thread=True, responses=errors(400, 401, 404, 429))
     def attempts(self, request: Request, endpoint_id: FromPath[int]) -> Response:
         """The latest attempts, newest first: status, latency, the answer's first line, the next retry."""
         user = _caller(request)
@@ -55,14 +56,16 @@ class WakeEndpointsController(Controller):
             endpoint = _owned(user, endpoint_id)
             return Response({"attempts": recent_attempts(endpoint, 50)}, headers=NO_STORE)
 
-    @delete("/api/wake-endpoints/{endpoint_id:int}", status_code=204, sync_to_thread=True)
+    @delete("/api/wake-endpoints/{endpoint_id:int}", status_code=204, sync_to_thread=True,
+             responses=errors(400, 401, 403, 404, 429))
     def remove(self, request: Request, endpoint_id: FromPath[int]) -> None:
         user = _caller(request)
         with connection():
             if not delete_endpoint(user, endpoint_id):
                 raise NotFoundException("No wake endpoint with this id on your account.")
 
-    @post("/api/wake-endpoints/{endpoint_id:int}/rotate", status_code=200, sync_to_thread=True)
+    @post("/api/wake-endpoints/{endpoint_id:int}/rotate", status_code=200, sync_to_thread=True,
+           responses=errors(400, 401, 403, 404, 429))
     def rotate(self, request: Request, endpoint_id: FromPath[int]) -> Response:
         """A new secret; the old one keeps signing beside it for 24 hours."""
         user = _caller(request)
@@ -71,7 +74,8 @@ class WakeEndpointsController(Controller):
             secret = rotate_secret(endpoint, current().keyring, utcnow())
             return Response({**endpoint_json(endpoint), "secret": secret}, headers=NO_STORE)
 
-    @post("/api/wake-endpoints/{endpoint_id:int}/enable", status_code=200, sync_to_thread=True)
+    @post("/api/wake-endpoints/{endpoint_id:int}/enable", status_code=200, sync_to_thread=True,
+           responses=errors(400, 401, 403, 404, 429))
     def enable(self, request: Request, endpoint_id: FromPath[int]) -> Response:
         """Back on after a 410 or days of failures; later wakes are pushed again."""
         user = _caller(request)

@@ -36,6 +36,12 @@ OPERATIONS = [
     ("POST", "/api/triggers/{token}"),
     ("GET", "/api/approvals/{token}"),
     ("POST", "/api/approvals/{token}"),
+    ("GET", "/api/monitors/{monitor_id}/events"),
+    ("POST", "/api/wake-endpoints"),
+    ("GET", "/api/wake-endpoints/{endpoint_id}/attempts"),
+    ("DELETE", "/api/wake-endpoints/{endpoint_id}"),
+    ("POST", "/api/wake-endpoints/{endpoint_id}/rotate"),
+    ("POST", "/api/wake-endpoints/{endpoint_id}/enable"),
 ]
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance,
           negative_data_rejection]
@@ -89,9 +95,11 @@ def api(settings, broker, owner, pages):
                                                                            "question": "Ship it?"}})
         approval_token = approval["approval_url"].rsplit("/", 1)[1]
         nonce = setup.get(f"http://localhost/api/approvals/{approval_token}").json()["nonce"]
+        endpoint = setup.post("http://localhost/api/wake-endpoints", headers={"Authorization": f"Bearer {token}"},
+                              json={"url": "https://hooks.example.com/vigil"}).json()
     real = {"monitor_id": [watched["monitor_id"], trigger["monitor_id"]], "action": ["pause", "resume", "cancel"],
             "conversation_id": ["conv-1"], "trigger": [trigger["url"].rsplit("/", 1)[1]],
-            "approval": [approval_token], "nonce": [nonce]}
+            "approval": [approval_token], "nonce": [nonce], "endpoint_id": [str(endpoint["id"])]}
     yield Api(app, token, real)
 
 
