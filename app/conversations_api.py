@@ -62,6 +62,6 @@ def wake_page(user, conversation_id: str | None, after: str, limit: int) -> dict
 
 
 def _cursor(after: str) -> int:
-    if not isinstance(after, str) or not after.isdigit() or len(after) > 18:
+    if not isinstance(after, str) or not (after.isascii() and after.isdigit()) or len(after) > 18:
         raise ValidationException("after must be a cursor returned as next_cursor (or 0 for the start).")
     return int(after)

@@ -30,7 +30,7 @@ class MonitorPageController(Controller):
         """The timeline, newest first, a page at a time: pass `next_before` as `before` for the next."""
         if not 1 <= limit <= MAX_LIMIT:
             raise ValidationException(f"limit must be between 1 and {MAX_LIMIT}.")
-        if before is not None and not (before.isdigit() and len(before) <= 18):
+        if before is not None and not (before.isascii() and before.isdigit() and len(before) <= 18):
             raise ValidationException("before must be a next_before this endpoint returned.")
         user, _ = api_user(request)
         with connection():

@@ -54,7 +54,7 @@ def _counted(answer: Response) -> Response:
 async def _read_capped(request: Request, cap: int) -> bytes | None:
     """The body, or None once it is over the cap (declared or streamed, chunked included)."""
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > cap:
+    if declared.isascii() and declared.isdigit() and int(declared) > cap:
         return None
     chunks, size = [], 0
     async for chunk in request.stream():

@@ -192,7 +192,7 @@ def schedule_words(expect: Expect) -> str:
     if expect.every is not None:
         return f"every {describe_duration(expect.every)}"
     minute, hour, *rest = expect.cron.split() if len(expect.cron.split()) == 5 else ("", "", "")
-    if minute.isdigit() and hour.isdigit() and rest == ["*", "*", "*"]:
+    if minute.isascii() and minute.isdigit() and hour.isascii() and hour.isdigit() and rest == ["*", "*", "*"]:
         return f"every day at {int(hour):02d}:{int(minute):02d}"
     return f"on the cron schedule {expect.cron}"
 

@@ -98,7 +98,7 @@ def jittered(seconds: float, rand: float) -> float:
 def retry_after_seconds(value: str, now: datetime) -> float:
     """A Retry-After header, seconds or an HTTP date; 0 when it says nothing usable."""
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # not isdigit() alone: "³" is a digit int() refuses
         return float(value)
     try:
         when = parsedate_to_datetime(value)

@@ -153,8 +153,9 @@ def find_device(user: User, name_or_id: str) -> Device | None:
     """One of the user's live devices, by name or id."""
     query = Device.select().where((Device.user == user) & Device.revoked_at.is_null())
     found = query.where(Device.name == name_or_id).first()
-    if found is None and str(name_or_id).isdigit():
-        found = query.where(Device.id == int(name_or_id)).first()
+    text = str(name_or_id)
+    if found is None and text.isascii() and text.isdigit():
+        found = query.where(Device.id == int(text)).first()
     return found
 
 

@@ -165,7 +165,8 @@ def maps_get(container: object, path: object, default: object = None) -> object:
     for part in path.split(".") if path else ():
         if isinstance(current, dict) and part in current:
             current = current[part]
-        elif isinstance(current, list) and part.isdigit() and int(part) < len(current):
+        elif isinstance(current, list) and part.isascii() and part.isdigit() \
+                and int(part) < len(current):
             current = current[int(part)]
         else:
             return default

@@ -185,7 +185,8 @@ def test_the_page_signed_out_redirects_to_login(client, owner, pages):
 
 
 @pytest.mark.parametrize("params", [{"before": "abc"}, {"before": ""}, {"before": "-1"}, {"before": "1" * 19},
-                                    {"before": "1.5"}, {"limit": 0}, {"limit": 201}, {"limit": -3}, {"limit": "many"}])
+                                    {"before": "1.5"}, {"before": "³"}, {"limit": 0}, {"limit": 201}, {"limit": -3},
+                                    {"limit": "many"}])
 def test_bad_before_or_limit_is_400(client, owner, pages, params):
     monitor_id = make_monitor(client, owner[1], pages.set("/q", quote("95.10")))
     response = events(client, owner[1], monitor_id, **params)

@@ -60,3 +60,13 @@ def test_approval_json_twin_refuses_our_own_fetchers_in_json(client, owner):
         assert response.status_code == 403
         assert response.json() == {"detail": "Vigil's own clients can't open approval links."}
     assert client.get(api).status_code == 200
+
+
+@pytest.mark.parametrize("cursor", ["³", "²⁰", "٣", "1³"])
+@pytest.mark.parametrize("path", ["/api/wakes", "/api/conversations/conv-1/messages"])
+def test_a_cursor_of_non_ascii_digits_is_400_not_500(client, owner, path, cursor):
+    """The fuzzer's find: "³" is a digit to str.isdigit() but not to int(), and answered 500."""
+    tool(client, owner[1], "monitor_list", {})  # the conversation exists, so the cursor is what is checked
+    response = client.get(path, params={"after": cursor}, headers={"Authorization": f"Bearer {owner[1]}"})
+    assert response.status_code == 400, response.text
+    assert "after must be a cursor" in response.json()["detail"]

@@ -36,6 +36,7 @@ OPERATIONS = [
     ("POST", "/api/triggers/{token}"),
     ("GET", "/api/approvals/{token}"),
     ("POST", "/api/approvals/{token}"),
+    ("GET", "/api/wakes"),
     ("GET", "/api/monitors/{monitor_id}/events"),
     ("POST", "/api/wake-endpoints"),
     ("GET", "/api/wake-endpoints/{endpoint_id}/attempts"),

@@ -76,6 +76,7 @@ def test_maps_get_reads_the_value_at_the_path(expr):
     "missing.deeper.still",
     "outputs.files.5.name",  # index past the end
     "outputs.files.-1",     # not a list index
+    "outputs.files.²",      # a digit to str.isdigit, not to int()
     "outputs.files.name",   # a word on a list
     "status.length",        # a string in the middle of the path
     "progress.value",       # null in the middle of the path

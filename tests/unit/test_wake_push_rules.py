@@ -182,7 +182,7 @@ def test_push_retry_after_is_capped_at_ten_hours(status, value):
     assert delay_of(judge_answer(status, value, 1, None, NOW, rand=0.5)) == MAX_RETRY_AFTER_SECONDS == 36000
 
 
-@pytest.mark.parametrize("value", ["10", "0", "", "soon", "-5", "1.5e3",
+@pytest.mark.parametrize("value", ["10", "0", "", "soon", "-5", "1.5e3", "³", "٣٠",
                                    format_datetime((NOW - timedelta(hours=1)).replace(tzinfo=timezone.utc),
                                                    usegmt=True)])
 def test_push_retry_after_shorter_or_unusable_keeps_the_schedule(value):
