@@ -23,8 +23,7 @@ from models.db import database, iso
 from models.events import record_event
 from models.monitors import load_for_check
 from models.results import (
-    Lifecycle, Recorded, daily_cap_reason, end_in_error, over_daily_cap, pause_and_tell, wakes_in_last_hour,
-    write_wake,
+    Lifecycle, Recorded, daily_cap_reason, end_in_error, fire_caps, pause_and_tell, write_wake,
 )
 from models.tables import ACTIVE, DONE, Conversation, Delivery, Monitor, TriggerLink
 
@@ -113,9 +112,10 @@ def _miss(monitor: Monitor, now: datetime, life: Lifecycle) -> Recorded:
     expect = parse_expect(monitor.source["expect"])
     miss = missed(expect, monitor.expect_due_at, now)
     with database.atomic():
-        if over_daily_cap(monitor, now, life):
+        over_day, over_hour = fire_caps(monitor, now, life)
+        if over_day:
             return end_in_error(monitor, monitor.claim_seq, daily_cap_reason(life, _finding(expect, miss)), now)
-        if wakes_in_last_hour(monitor.id, now) >= life.max_wakes_per_hour:
+        if over_hour:
             reason = (f"It would have woken you more than {life.max_wakes_per_hour} times in an hour; "
                       f"the latest finding was: {_finding(expect, miss)}")
             return pause_and_tell(monitor, monitor.claim_seq, reason, now)
