@@ -5,6 +5,17 @@ from __future__ import annotations
 import requests
 
 
+def created_monitor(stack, conversation: str, arguments: dict) -> str:
+    """monitor_create through the tool endpoint, as an agent calls it; the new monitor's id."""
+    response = requests.post(f"{stack.base}/api/tool/monitor", headers=stack.auth, timeout=15, json={
+        "action": "monitor_create", "context": {"conversation_id": conversation, "channel": "chat"},
+        "arguments": arguments})
+    response.raise_for_status()
+    body = response.json()
+    assert body["ok"], body
+    return body["result"]["monitor_id"]
+
+
 def api_monitor(stack, monitor_id: str) -> dict:
     """One monitor as GET /api/monitors lists it (every status)."""
     response = requests.get(f"{stack.base}/api/monitors", headers=stack.auth, params={"status": "all"}, timeout=10)

@@ -12,7 +12,7 @@ import pytest
 import requests
 from playwright.sync_api import Page, expect
 
-from e2e.api import api_monitor, wake_messages
+from e2e.api import api_monitor, created_monitor, wake_messages
 from e2e.browser import LIVE, assert_not_reloaded, log_in, mark_event_stream_open, shoot, watch_for_reloads
 from tests.judge_server import JudgeServer
 
@@ -28,13 +28,7 @@ def quote(price: str) -> str:
 
 
 def create(stack, arguments: dict, conversation: str = CONVERSATION) -> str:
-    response = requests.post(f"{stack.base}/api/tool/monitor", headers=stack.auth, timeout=15, json={
-        "action": "monitor_create", "context": {"conversation_id": conversation, "channel": "chat"},
-        "arguments": {"on_match": "Tell the user.", "interval": "1s", **arguments}})
-    response.raise_for_status()
-    body = response.json()
-    assert body["ok"], body
-    return body["result"]["monitor_id"]
+    return created_monitor(stack, conversation, {"on_match": "Tell the user.", "interval": "1s", **arguments})
 
 
 

@@ -9,7 +9,7 @@ import pytest
 import requests
 from playwright.sync_api import Page, expect
 
-from e2e.api import api_monitor
+from e2e.api import api_monitor, created_monitor
 from e2e.browser import LIVE, assert_not_reloaded, log_in, open_conversation, shoot, watch_for_reloads
 
 pytestmark = pytest.mark.e2e
@@ -18,14 +18,8 @@ pytestmark = pytest.mark.e2e
 
 
 def create_monitor(stack, conversation_id: str, description: str, url: str, **arguments) -> str:
-    response = requests.post(f"{stack.base}/api/tool/monitor", headers=stack.auth, timeout=15, json={
-        "action": "monitor_create", "context": {"conversation_id": conversation_id, "channel": "chat"},
-        "arguments": {"description": description, "source": {"type": "page", "url": url},
-                      "check": {"type": "change"}, "interval": "1s", **arguments}})
-    response.raise_for_status()
-    body = response.json()
-    assert body["ok"], body
-    return body["result"]["monitor_id"]
+    return created_monitor(stack, conversation_id, {"description": description, "source": {"type": "page", "url": url},
+                                                    "check": {"type": "change"}, "interval": "1s", **arguments})
 
 
 
