@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from itertools import groupby
 
 from engine.wake import coalesced_metadata, coalesced_text
-from models.compiled import Compiled
+from models.compiled import Compiled, run_prepared
 from models.conversations import append_message
 from models.db import database, write_transaction
 from models.tables import Conversation, HeldWake, Message, Wake
@@ -74,6 +74,52 @@ def hold(wake_id: int, conversation_id: int, user_id: int, content: str, metadat
                      HeldWake.content: content, HeldWake.metadata: metadata, HeldWake.due_at: due,
                      HeldWake.created_at: now}).execute()
     return due
+
+
+#: PostgreSQL: a new wake and, when its conversation does not coalesce, its message, as one statement (write_wake
+#: took six round trips: the wake, the window's lookup, the message, the conversation's updated_at, the wake's
+#: message id, the pushes). The message's id is drawn first, so the wake is inserted already linked to it; the
+#: wake's insert is the gate (a repeat inserts nothing, so neither does anything after it). Its foreign key to
+#: the message is checked at the end of the statement, when the message is there. Returns the wake's id (None for
+#: a repeat), the message's id (None when the wake is held or a repeat), the window and the pushes queued.
+_WAKE_SQL = (
+    "WITH gate AS (SELECT COALESCE((SELECT coalesce_seconds FROM conversations WHERE id = CAST(%s AS integer)), "
+    "CAST(%s AS integer)) AS seconds), "
+    "w AS (INSERT INTO wakes (monitor_id, dedupe_key, created_at, message_id) "
+    "SELECT CAST(%s AS varchar), CAST(%s AS varchar), CAST(%s AS timestamp), "
+    "CASE WHEN gate.seconds <= 0 THEN nextval('messages_id_seq') END FROM gate "
+    "ON CONFLICT DO NOTHING RETURNING id, message_id), "
+    "m AS (INSERT INTO messages (id, conversation_id, role, content, metadata, created_at) "
+    "SELECT w.message_id, CAST(%s AS integer), 'wake', CAST(%s AS text), CAST(%s AS text), CAST(%s AS timestamp) "
+    "FROM w WHERE w.message_id IS NOT NULL RETURNING id), "
+    "touched AS (UPDATE conversations SET updated_at = CAST(%s AS timestamp) WHERE id = CAST(%s AS integer) "
+    "AND EXISTS (SELECT 1 FROM m)), "
+    "pushes AS (INSERT INTO wake_pushes (endpoint_id, message_id, status, attempts, next_attempt_at, created_at) "
+    "SELECT e.id, m.id, 'pending', 0, CAST(%s AS timestamp), CAST(%s AS timestamp) FROM wake_endpoints e, m "
+    "WHERE e.user_id = CAST(%s AS integer) AND e.enabled RETURNING 1) "
+    "SELECT (SELECT id FROM w), (SELECT message_id FROM w), (SELECT seconds FROM gate), (SELECT COUNT(*) FROM pushes)")
+
+
+@dataclass(frozen=True)
+class Written:
+    """What write_new_wake did: the wake's id (None: a repeat), and its message, or the window it is held for."""
+    wake_id: int | None
+    message: Message | None
+    seconds: int
+
+
+def write_new_wake(monitor_id: str, conversation_id: int, user_id: int, dedupe_key: str, text: str, metadata: dict,
+                   now: datetime) -> Written:
+    """PostgreSQL's write_wake, in one round trip (_WAKE_SQL); a held wake is left for the caller to hold."""
+    wake_id, message_id, seconds, pushes = run_prepared("vigil_write_wake", _WAKE_SQL, (
+        conversation_id, DEFAULT_SECONDS, monitor_id, dedupe_key, now, conversation_id, text,
+        Message.metadata.db_value(metadata), now, now, conversation_id, now, now, user_id)).fetchone()
+    if message_id is None:
+        return Written(wake_id, None, seconds)
+    message = Message(id=message_id, conversation=conversation_id, role="wake", content=text, metadata=metadata,
+                      created_at=now)
+    message.pushes = pushes
+    return Written(wake_id, message, seconds)
 
 
 _LINK_MESSAGE = Compiled(lambda message_id, wake_id: Wake.update({Wake.message: message_id}).where(Wake.id == wake_id))

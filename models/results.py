@@ -12,8 +12,8 @@ from engine.pipeline import ERROR, FIRED, QUIET, Outcome
 from engine.sources import DOCUMENT_SOURCES, ERROR_PATH_SOURCES
 from engine.explain import change_data
 from engine.wake import ended_text, paused_text, time_text, wake_text
-from models.coalesce import deliver, hold, window_seconds
-from models.compiled import Compiled, run_prepared, with_id
+from models.coalesce import deliver, hold, window_seconds, write_new_wake
+from models.compiled import Compiled, run_prepared
 from models.db import database, iso, utcnow
 from models.runs import stop_runs
 from models.events import event_params, record_event, with_event
@@ -323,8 +323,9 @@ def _update_sql(columns: tuple[tuple[str, bool], ...], with_its_event: bool) -> 
     return f"vigil_claimed_{hashlib.sha1(sql.encode()).hexdigest()[:16]}", sql
 
 
-_NEW_WAKE = Compiled(lambda monitor_id, dedupe_key, created_at: with_id(Wake.insert({
-    Wake.monitor: monitor_id, Wake.dedupe_key: dedupe_key, Wake.created_at: created_at}).on_conflict_ignore()))
+#: SQLite's wake (PostgreSQL writes it in models/coalesce._WAKE_SQL)
+_NEW_WAKE = Compiled(lambda monitor_id, dedupe_key, created_at: Wake.insert({
+    Wake.monitor: monitor_id, Wake.dedupe_key: dedupe_key, Wake.created_at: created_at}).on_conflict_ignore())
 
 
 def write_wake(monitor: Monitor, source: str, dedupe_key: str, text: str, extra: dict):
@@ -332,20 +333,21 @@ def write_wake(monitor: Monitor, source: str, dedupe_key: str, text: str, extra:
     conversation coalesces: then the wake is held, and counts as a wake from now, but its message is written with
     the others of its window when the window closes (models/coalesce)."""
     now = utcnow()
-    if database.returning_clause:  # PostgreSQL: the new id comes back with the insert, none for a repeat
-        wake_id = _NEW_WAKE.inserted_id(monitor.id, dedupe_key, now)
-    elif _NEW_WAKE.rowcount(monitor.id, dedupe_key, now) == 1:
-        wake_id = Wake.get((Wake.monitor == monitor.id) & (Wake.dedupe_key == dedupe_key)).id
-    else:
-        wake_id = None
-    if wake_id is None:
-        return None
     metadata = {"wake": {"source": source, "ref_id": monitor.id, "dedupe_key": dedupe_key,
                          "description": monitor.description},
                 "on_match": monitor.on_match, **extra}
     if getattr(monitor, "note", ""):
         text = f"{text}\nYour note, as you wrote it when you armed this monitor:\n{monitor.note}"
         metadata["note"] = monitor.note
+    if isinstance(database.obj, PostgresqlDatabase):  # one round trip: models/coalesce._WAKE_SQL
+        written = write_new_wake(monitor.id, monitor.conversation_id, monitor.user_id, dedupe_key, text, metadata,
+                                 now)
+        if written.wake_id is not None and written.message is None:
+            hold(written.wake_id, monitor.conversation_id, monitor.user_id, text, metadata, now, written.seconds)
+        return written.message
+    if _NEW_WAKE.rowcount(monitor.id, dedupe_key, now) != 1:
+        return None
+    wake_id = Wake.get((Wake.monitor == monitor.id) & (Wake.dedupe_key == dedupe_key)).id
     seconds = window_seconds(monitor.conversation_id)
     if seconds:
         hold(wake_id, monitor.conversation_id, monitor.user_id, text, metadata, now, seconds)

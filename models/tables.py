@@ -137,7 +137,7 @@ class MonitorRun(BaseModel):
     """An event of a monitor's history: a check that found something (a change, a match, an error, a skip), a
     decision, a pause. Quiet checks write none: they are counted from `check_count` (the monitor's counter when
     the event was written). The newest MONITOR_EVENTS_KEPT of each monitor are kept."""
-    monitor = peewee.ForeignKeyField(Monitor, backref="runs", on_delete="CASCADE")
+    monitor = peewee.ForeignKeyField(Monitor, backref="runs", on_delete="CASCADE", index=False)
     kind = peewee.CharField(max_length=20)
     detail = peewee.TextField(default="")
     created_at = peewee.DateTimeField(default=utcnow)
@@ -147,18 +147,19 @@ class MonitorRun(BaseModel):
 
     class Meta:
         table_name = "monitor_runs"
+        indexes = ((("monitor", "id"), False),)  # m0021
 
 
 class Wake(BaseModel):
     """One fact reported to the conversation; the unique key is what makes a wake happen once."""
-    monitor = peewee.ForeignKeyField(Monitor, backref="wakes", on_delete="CASCADE")
+    monitor = peewee.ForeignKeyField(Monitor, backref="wakes", on_delete="CASCADE", index=False)
     dedupe_key = peewee.CharField(max_length=200)
     message = peewee.ForeignKeyField(Message, null=True, on_delete="SET NULL")
     created_at = peewee.DateTimeField(default=utcnow)
 
     class Meta:
         table_name = "wakes"
-        indexes = ((("monitor", "dedupe_key"), True),)
+        indexes = ((("monitor", "dedupe_key"), True), (("monitor", "created_at"), False))  # m0021
 
 
 class HeldWake(BaseModel):
