@@ -42,6 +42,10 @@ class MonitorEvents:
         if source.get("type") == "command" and source.get("device_id"):
             self.events.append(work_event(monitor.user_id, source["device_id"]))
 
+    def extend(self, other: MonitorEvents) -> None:
+        self.events.extend(other.events)
+        self.wakes.extend(other.wakes)
+
     def publish(self) -> None:
         """The events in one round trip, then the wakes' pushes and counts."""
         if self.events:
