@@ -27,23 +27,40 @@ _prepared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def execute(name: str, sql: str, params: tuple):
     """Run `sql` (psycopg2 %s placeholders) with `params`, as the prepared statement `name`; a cursor."""
     conn = database.connection()
-    done = _prepared.get(conn)
-    if done is None:
-        done = _prepared[conn] = set()
+    runs = _prepared.get(conn)
+    if runs is None:
+        runs = _prepared[conn] = {}
     try:
-        if name not in done:
+        done = runs.get(name)
+        if done is None or replan(done):
+            if done is not None:
+                database.execute_sql(f"DEALLOCATE {name}")
             database.execute_sql(f"PREPARE {name} AS {_numbered(sql)}")
-            done.add(name)
+        runs[name] = (done or 0) + 1
         return database.execute_sql(_execute_sql(name, len(params)), params)
     except peewee.DatabaseError as exc:
         code = getattr(getattr(exc, "orig", None), "pgcode", None)
         if code not in _POOLER_CODES:
             raise
         if code == _EXISTS:
-            done.add(name)  # prepared already on this server connection: executed from its next use on
+            runs[name] = 1  # prepared already on this server connection: executed from its next use on
         else:
-            done.clear()  # DISCARD ALL or DEALLOCATE ALL drops them all: each is prepared again on its next use
+            runs.clear()  # DISCARD ALL or DEALLOCATE ALL drops them all: each is prepared again on its next use
         return database.execute_sql(sql, params)
+
+
+#: a statement is prepared again at its 64th, 128th, 256th … run on a connection, and from 65,536 on at every
+#: 65,536th: PostgreSQL keeps the generic plan it made from the tables as they were then, and the plans of a
+#: fresh install, made while its tables held a few rows, read whole tables once they had grown (the web's
+#: delivery statement scanned every page of `monitors` on each delivery; a batch's read, every delivery)
+REPLAN_FROM, REPLAN_EVERY = 64, 65_536
+
+
+def replan(runs: int) -> bool:
+    """Whether a statement run `runs` times on this connection is prepared again before its next run."""
+    if runs >= REPLAN_EVERY:
+        return runs % REPLAN_EVERY == 0
+    return runs >= REPLAN_FROM and runs & (runs - 1) == 0
 
 
 @functools.cache

@@ -42,3 +42,35 @@ def test_a_statement_the_server_already_holds_is_executed_from_then_on(postgres)
         assert "vigil_test_held" in prepared._prepared[prepared.database.connection()]
         assert prepared.execute("vigil_test_held", SQL, (3, 2)).fetchone() == (5,)
         assert "vigil_test_held" in server_statements()
+
+
+def test_a_plan_made_while_the_table_was_small_is_made_again_once_it_has_grown(postgres):
+    """A fresh install prepares its statements while its tables hold a few rows; PostgreSQL keeps the generic
+    plan it made then (a whole-table scan) for the connection's life unless the statement is prepared again."""
+    lookup = "SELECT pad FROM vigil_test_growing WHERE key = %s"
+
+    def plan() -> str:
+        return "\n".join(row[0] for row in prepared.database.execute_sql(
+            "EXPLAIN EXECUTE vigil_test_lookup (7)"))
+
+    with db() as database:
+        database.execute_sql("CREATE TEMP TABLE vigil_test_growing (key int, pad text)")
+        database.execute_sql("CREATE INDEX ON vigil_test_growing (key)")
+        database.execute_sql("INSERT INTO vigil_test_growing SELECT i, 'x' FROM generate_series(1, 3) i")
+        database.execute_sql("ANALYZE vigil_test_growing")
+        for _ in range(10):  # past PostgreSQL's five custom plans: the generic plan is the one kept
+            assert prepared.execute("vigil_test_lookup", lookup, (7,)).fetchall() == []
+        assert "Seq Scan" in plan()
+        # grown, as a busy table grows between two ANALYZEs (one would make PostgreSQL plan again itself)
+        database.execute_sql("INSERT INTO vigil_test_growing SELECT i, repeat('x', 200) FROM generate_series(4, 50000) i")
+        assert "Seq Scan" in plan()  # the kept plan reads the whole table
+        for _ in range(prepared.REPLAN_FROM):  # prepared again at its 64th run, planned again after five
+            assert prepared.execute("vigil_test_lookup", lookup, (7,)).fetchall() == [("x" * 200,)]
+        assert "Seq Scan" not in plan() and "Index" in plan()
+        database.execute_sql("DEALLOCATE vigil_test_lookup")
+
+
+def test_statements_are_prepared_again_ever_less_often():
+    runs = [n for n in range(1, 300_000) if prepared.replan(n)]
+    assert runs[:4] == [64, 128, 256, 512] and 65_536 in runs and 131_072 in runs and 196_608 in runs
+    assert len(runs) == 14
