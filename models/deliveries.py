@@ -51,13 +51,6 @@ class Processed:
     status_before: str | None = None
 
 
-@dataclass(frozen=True)
-class Batched:
-    """What process_batch did: whether its transaction committed, and the deliveries it left."""
-    committed: bool
-    left: list[int]
-
-
 class _Lost(Exception):
     """Another worker changed the monitor meanwhile; roll back and read it again."""
 
@@ -91,42 +84,61 @@ def process(delivery_id: int, session: requests.Session, judge: JudgePolicy, lif
 
 
 def process_batch(delivery_ids: list[int], life: Lifecycle, max_text_bytes: int, now: datetime,
-                  done: Callable[[Processed], None]) -> Batched:
-    """PostgreSQL: a message's deliveries in one transaction, with their rows and their monitors' rows locked by
-    one statement, in the order of (monitor, delivery) so two batches that share monitors wait for each other
-    instead of deadlocking. Each delivery is checked and recorded as process() would, in delivery order per
-    monitor, on one copy of the monitor that the deliveries before it changed. `done` is called for each
-    delivery done, inside the transaction, so its events can be built from the monitor as that delivery left
-    it; nothing it builds may be sent before this returns.
+                  done: Callable[[Processed], None], kept: Callable[[], None]) -> list[int]:
+    """PostgreSQL: a message's deliveries in as few transactions as other workers allow, each locking its
+    deliveries' rows and their monitors' by one statement. A batch took 16 BEGINs, locked reads and COMMITs
+    where it now takes one of each, or a few (issue 18: the worker's drain must keep up with the web's ingest).
 
-    Says whether it committed, and the ids left for process() one by one, after this transaction: from a fire that a condition must
-    judge on (no lock is held across a judge call); none for a delivery that is gone. When anything fails, the
-    whole transaction rolls back and every id is returned, so a bad delivery holds up only itself. A batch took 16 BEGINs, locked reads and
-    COMMITs where it now takes one of each (issue 18: the worker's drain must keep up with the web's ingest)."""
-    ids = list(dict.fromkeys(delivery_ids))
-    if not isinstance(database.obj, peewee.PostgresqlDatabase) or len(ids) < 2:
-        return Batched(False, ids)
-    left: list[int] = []
-    try:
-        with database.atomic():
-            rows = _BATCH_LOCKED.rows(ids)
-            monitors: dict[str, Monitor] = {}
-            for index, delivery in enumerate(rows):
-                monitor = monitors.setdefault(delivery.link.monitor.id, delivery.link.monitor)
-                delivery.link.monitor = monitor  # what the deliveries before it left
-                if delivery.processed_at is not None:
-                    continue
-                status_before = monitor.status
-                try:
-                    processed = _check(delivery, monitor, life, max_text_bytes, now)
-                except _ToJudge:
-                    left = [row.id for row in rows[index:]]
-                    break
-                done(replace(processed, status_before=status_before))
-    except Exception as exc:  # noqa: BLE001 — rolled back: each goes the one-by-one way, with its own retries
-        log.info("a batch of %d deliveries went one by one (%s: %s)", len(ids), type(exc).__name__, exc)
-        return Batched(False, ids)
-    return Batched(True, left)
+    A round locks what no other worker holds (SKIP LOCKED), so workers whose messages share monitors work side
+    by side on different ones instead of queueing behind each other's whole batch; when all that is left is
+    held elsewhere, one round waits for it, locking in (monitor, delivery) order, the order every batch takes,
+    so two waiting batches never deadlock. Each delivery is checked and recorded as process() would, in delivery
+    order per monitor, on one copy of the monitor that the deliveries before it changed.
+
+    `done` is called for each delivery done, inside its round's transaction, so its events can be built from
+    the monitor as that delivery left it; `kept` once that round committed: only what was built before it may be
+    sent. Returns the ids left for process() one by one: from a fire that a condition must judge on (no lock is
+    held across a judge call) on; or, when a round fails, that round's and the ones not reached (its transaction
+    rolled back, so a bad delivery holds up only itself). A delivery that is gone is not returned."""
+    pending = list(dict.fromkeys(delivery_ids))
+    if not isinstance(database.obj, peewee.PostgresqlDatabase) or len(pending) < 2:
+        return pending
+    wait = False
+    while pending:
+        try:
+            with database.atomic():
+                rows = (_BATCH_WAITING if wait else _BATCH_FREE).rows(pending)
+                judged = _round(rows, life, max_text_bytes, now, done)
+        except Exception as exc:  # noqa: BLE001 — rolled back: each goes the one-by-one way, with its own retries
+            log.info("%d deliveries of a batch went one by one (%s: %s)", len(pending), type(exc).__name__, exc)
+            return pending
+        kept()
+        taken = {row.id for row in rows}
+        if judged:
+            return judged + [delivery_id for delivery_id in pending if delivery_id not in taken]
+        if wait:
+            return []  # all that was pending was locked and done: any not found is gone
+        pending = [delivery_id for delivery_id in pending if delivery_id not in taken]
+        wait = not rows  # the rest is held by other workers: wait for it
+    return []
+
+
+def _round(rows: list[Delivery], life: Lifecycle, max_text_bytes: int, now: datetime,
+           done: Callable[[Processed], None]) -> list[int]:
+    """One transaction of process_batch; the ids from a fire that must be judged on, if there is one."""
+    monitors: dict[str, Monitor] = {}
+    for index, delivery in enumerate(rows):
+        monitor = monitors.setdefault(delivery.link.monitor.id, delivery.link.monitor)
+        delivery.link.monitor = monitor  # what the deliveries before it left
+        if delivery.processed_at is not None:
+            continue
+        status_before = monitor.status
+        try:
+            processed = _check(delivery, monitor, life, max_text_bytes, now)
+        except _ToJudge:
+            return [row.id for row in rows[index:]]
+        done(replace(processed, status_before=status_before))
+    return []
 
 
 def _with_monitor() -> peewee.Select:
@@ -141,9 +153,15 @@ _WITH_MONITOR = Prepared("vigil_delivery_with_monitor", lambda delivery_id: _wit
 _WITH_MONITOR_LOCKED = Prepared("vigil_delivery_with_monitor_locked", lambda delivery_id: _with_monitor().where(
     Delivery.id == delivery_id).for_update(of=(Delivery, Monitor)))
 
-#: a batch's deliveries with their monitors, locked in one order every batch takes (PostgreSQL only)
-_BATCH_LOCKED = Prepared("vigil_deliveries_with_monitors_locked", lambda delivery_ids: _with_monitor().where(
-    Delivery.id == fn.ANY(delivery_ids)).order_by(Monitor.id, Delivery.id).for_update(of=(Delivery, Monitor)))
+#: a batch's deliveries with their monitors (PostgreSQL only): those no other worker holds, and all of them,
+#: waiting, locked in the one order every batch takes
+def _batch(delivery_ids, skip: bool) -> peewee.Select:
+    return (_with_monitor().where(Delivery.id == fn.ANY(delivery_ids)).order_by(Monitor.id, Delivery.id)
+            .for_update(of=(Delivery, Monitor), skip_locked=skip))
+
+
+_BATCH_FREE = Prepared("vigil_deliveries_free_locked", lambda delivery_ids: _batch(delivery_ids, True))
+_BATCH_WAITING = Prepared("vigil_deliveries_with_monitors_locked", lambda delivery_ids: _batch(delivery_ids, False))
 
 
 def _load(delivery_id: int) -> Delivery | None:

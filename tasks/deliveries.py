@@ -42,22 +42,24 @@ log = logging.getLogger(__name__)
 @dramatiq.actor(queue_name="deliveries", max_retries=5, min_backoff=500, max_backoff=30000,
                 time_limit=BATCH * 180_000)
 def process_deliveries(delivery_ids: list[int]) -> None:
-    """Deliveries the relay queued together: in one transaction where they can be (models/deliveries.process_batch),
-    else each on its own: one that fails is queued again alone, with its own retries, and holds up none of the
+    """Deliveries the relay queued together: in as few transactions as other workers allow
+    (models/deliveries.process_batch), else each on its own: one that fails is queued again alone, with its own retries, and holds up none of the
     others. Their events go out together when the last is done (one round trip to Redis, not one per delivery)."""
     events, batch = MonitorEvents(), MonitorEvents()
 
-    def done(processed) -> None:  # in the batch's transaction: built now, sent only once it committed
+    def done(processed) -> None:  # in a round's transaction: built now, sent only once it committed
         if processed.monitor is not None:
             batch.add(processed.monitor, processed.woke, status_before=processed.status_before)
 
+    def kept() -> None:
+        events.extend(batch)
+        batch.clear()
+
     try:
         runtime = current()
-        batched = process_batch(delivery_ids, runtime.lifecycle, runtime.settings.FETCH_MAX_TEXT_BYTES, utcnow(),
-                                done)
-        if batched.committed:
-            events.extend(batch)
-        for delivery_id in batched.left:
+        left = process_batch(delivery_ids, runtime.lifecycle, runtime.settings.FETCH_MAX_TEXT_BYTES, utcnow(),
+                             done, kept)
+        for delivery_id in left:
             try:
                 _process(delivery_id, events)
             except Exception as exc:  # noqa: BLE001 — handed to its own message, which retries it

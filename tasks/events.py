@@ -46,6 +46,10 @@ class MonitorEvents:
         self.events.extend(other.events)
         self.wakes.extend(other.wakes)
 
+    def clear(self) -> None:
+        self.events.clear()
+        self.wakes.clear()
+
     def publish(self) -> None:
         """The events in one round trip, then the wakes' pushes and counts."""
         if self.events:

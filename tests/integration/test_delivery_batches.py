@@ -148,3 +148,42 @@ def test_batches_that_share_monitors_in_opposite_orders_wait_for_each_other_with
     for index, link in enumerate(links):  # each once; the batches themselves ran in either order
         assert sorted(numbers(link["monitor_id"])) == list(range(index, 64, 4))
     assert outcomes(ids) == ["fired"] * 64
+
+
+def test_a_batch_works_on_the_monitors_no_one_else_holds_first_then_waits_for_the_rest(client, owner, held,
+                                                                                      reconfigure):
+    """Another worker holds one monitor's row (a long transaction of its own): the batch records the other
+    monitor's deliveries at once, and that one's once it is let go."""
+    import threading
+    import time
+
+    import psycopg2
+
+    from tasks.deliveries import process_deliveries
+    from tests.conftest import TEST_DATABASE_URL
+
+    reconfigure(**CAPS)
+    busy, free = create(client, owner[1], max_wakes=100), create(client, owner[1], max_wakes=100)
+    ids = [deliver(client, busy if n % 2 else free, n) for n in range(6)]
+    other = psycopg2.connect(TEST_DATABASE_URL)
+    try:
+        other.cursor().execute("SELECT id FROM monitors WHERE id = %s FOR UPDATE", (busy["monitor_id"],))
+
+        def run() -> None:
+            with db():
+                process_deliveries.fn(ids)
+
+        worker = threading.Thread(target=run)
+        worker.start()
+        deadline = time.monotonic() + 20
+        while outcomes(ids[0::2]) != ["fired"] * 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert outcomes(ids[0::2]) == ["fired"] * 3 and outcomes(ids[1::2]) == [None] * 3
+        assert worker.is_alive()  # waiting for the held monitor
+    finally:
+        other.rollback()
+        other.close()
+    worker.join(20)
+    assert not worker.is_alive()
+    assert numbers(free["monitor_id"]) == [0, 2, 4] and numbers(busy["monitor_id"]) == [1, 3, 5]
+    assert outcomes(ids) == ["fired"] * 6
