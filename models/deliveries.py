@@ -6,6 +6,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -26,8 +27,8 @@ from models.judging import JudgePolicy, judge_match
 from models.events import record_event
 from models.expect import arrived
 from models.results import (
-    Lifecycle, Recorded, caps_columns, caps_params, caps_reached, pause_and_tell, record_check, record_judge_failure,
-    write_wake,
+    Lifecycle, Recorded, caps_columns, caps_params, caps_reached, counts_of, fire_caps, pause_and_tell, record_check,
+    record_judge_failure, write_wake,
 )
 from models.tables import ACTIVE, Conversation, Delivery, Monitor, TriggerLink
 
@@ -125,20 +126,65 @@ def process_batch(delivery_ids: list[int], life: Lifecycle, max_text_bytes: int,
 
 def _round(rows: list[Delivery], life: Lifecycle, max_text_bytes: int, now: datetime,
            done: Callable[[Processed], None]) -> list[int]:
-    """One transaction of process_batch; the ids from a fire that must be judged on, if there is one."""
-    monitors: dict[str, Monitor] = {}
-    for index, delivery in enumerate(rows):
-        monitor = monitors.setdefault(delivery.link.monitor.id, delivery.link.monitor)
-        delivery.link.monitor = monitor  # what the deliveries before it left
-        if delivery.processed_at is not None:
-            continue
-        status_before = monitor.status
-        try:
-            processed = _check(delivery, monitor, life, max_text_bytes, now)
-        except _ToJudge:
-            return [row.id for row in rows[index:]]
-        done(replace(processed, status_before=status_before))
-    return []
+    """One transaction of process_batch; the ids from a fire that must be judged on, if there is one.
+
+    Two round trips a delivery fewer than process(): the round's marks are one statement at its end (its rows are
+    locked and were read unprocessed, so nothing can mark them meanwhile), and the caps are read once for all its
+    monitors. A delivery adds at most one wake that the caps count, so a monitor whose counts plus its deliveries
+    in the round (its conversation's, for the daily cap) stay below the caps can't reach them in this round; the
+    others read their caps before each fire, as process() does."""
+    todo = [row for row in rows if row.processed_at is None]
+    state = _Round(marks=[], clear=_clear_of_caps(todo, life, now))
+    _rounds.current = state
+    try:
+        judged = []
+        monitors: dict[str, Monitor] = {}
+        for index, delivery in enumerate(rows):
+            monitor = monitors.setdefault(delivery.link.monitor.id, delivery.link.monitor)
+            delivery.link.monitor = monitor  # what the deliveries before it left
+            if delivery.processed_at is not None:
+                continue
+            status_before = monitor.status
+            try:
+                processed = _check(delivery, monitor, life, max_text_bytes, now)
+            except _ToJudge:
+                judged = [row.id for row in rows[index:]]
+                break
+            done(replace(processed, status_before=status_before))
+    finally:
+        _rounds.current = None
+    if state.marks:
+        ids, outcomes = zip(*state.marks)
+        run_prepared("vigil_deliveries_marked", _MARK_ALL_SQL, (now, list(ids), list(outcomes)))
+    return judged
+
+
+@dataclass
+class _Round:
+    """A round of process_batch in this thread: its marks, to write together, and the monitors whose caps it
+    can't reach."""
+    marks: list[tuple[int, str]]
+    clear: set[str]
+
+
+_rounds = threading.local()
+_MARK_ALL_SQL = ("UPDATE deliveries SET processed_at = %s, outcome = marked.outcome FROM "
+                 "unnest(CAST(%s AS integer[]), CAST(%s AS varchar[])) AS marked (id, outcome) "
+                 "WHERE deliveries.id = marked.id")
+
+
+def _clear_of_caps(todo: list[Delivery], life: Lifecycle, now: datetime) -> set[str]:
+    per_monitor = Counter(delivery.link.monitor.id for delivery in todo)
+    if not per_monitor:
+        return set()
+    conversation = {delivery.link.monitor.id: delivery.link.monitor.conversation_id for delivery in todo}
+    per_conversation = Counter()
+    for monitor_id, count in per_monitor.items():
+        per_conversation[conversation[monitor_id]] += count
+    counts = counts_of(list(per_monitor), now, life)
+    return {monitor_id for monitor_id, (day, hour) in counts.items()
+            if day + per_conversation[conversation[monitor_id]] < life.max_fires_per_conversation_day
+            and hour + per_monitor[monitor_id] < life.max_wakes_per_hour}
 
 
 def _with_monitor() -> peewee.Select:
@@ -287,6 +333,14 @@ def _mark(delivery: Delivery, now: datetime, outcome: str, life: Lifecycle | Non
     """Mark the delivery processed, or raise _Lost; with `life` (a fire), also what fire_caps says, on PostgreSQL
     (None elsewhere: record_check reads it then)."""
     caps = None
+    state = getattr(_rounds, "current", None)
+    if state is not None:  # in a round of process_batch: written with the round's others at its end
+        state.marks.append((delivery.id, outcome))
+        if life is not None:
+            monitor = delivery.link.monitor
+            caps = (False, False) if monitor.id in state.clear else fire_caps(monitor, now, life)
+        arrived(delivery.link.monitor, now)
+        return caps
     if life is not None and isinstance(database.obj, peewee.PostgresqlDatabase):
         params = (now, outcome, delivery.id, *caps_params(delivery.link.monitor, now, life))
         marked, day, hour = run_prepared("vigil_delivery_mark_caps", _MARK_AND_CAPS_SQL + caps_columns(),

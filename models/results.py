@@ -255,6 +255,24 @@ def caps_params(monitor: Monitor, now: datetime, life: Lifecycle) -> tuple:
             now - timedelta(hours=1), life.max_wakes_per_hour)
 
 
+#: PostgreSQL: fire_caps' two counts for each of several monitors at once (models/deliveries' rounds)
+_CAPS_OF_SQL = ("SELECT m.id, (SELECT COUNT(*) FROM (SELECT 1 FROM wakes w JOIN monitors c ON c.id = w.monitor_id "
+                "WHERE c.conversation_id = m.conversation_id AND w.created_at > %s AND w.dedupe_key NOT IN ({keys}) "
+                "AND w.dedupe_key NOT LIKE 'paused:%%' LIMIT %s) AS day), "
+                "(SELECT COUNT(*) FROM (SELECT 1 FROM wakes WHERE monitor_id = m.id AND created_at > %s "
+                "AND dedupe_key <> 'expired' AND dedupe_key NOT LIKE 'paused:%%' LIMIT %s) AS hour) "
+                "FROM monitors m WHERE m.id = ANY(%s)")
+
+
+def counts_of(monitor_ids: list[str], now: datetime, life: Lifecycle) -> dict[str, tuple[int, int]]:
+    """Each monitor's (conversation's fires in the last day, its wakes in the last hour), as fire_caps counts
+    them (each stopping at its cap), in one statement."""
+    sql = _CAPS_OF_SQL.format(keys=", ".join(f"'{key}'" for key in _NOTICE_KEYS))
+    rows = run_prepared("vigil_caps_of", sql, (now - timedelta(days=1), life.max_fires_per_conversation_day,
+                                               now - timedelta(hours=1), life.max_wakes_per_hour, monitor_ids))
+    return {monitor_id: (day, hour) for monitor_id, day, hour in rows.fetchall()}
+
+
 def caps_reached(day: int, hour: int, life: Lifecycle) -> tuple[bool, bool]:
     return day >= life.max_fires_per_conversation_day, hour >= life.max_wakes_per_hour
 

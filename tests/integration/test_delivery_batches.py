@@ -187,3 +187,45 @@ def test_a_batch_works_on_the_monitors_no_one_else_holds_first_then_waits_for_th
     assert not worker.is_alive()
     assert numbers(free["monitor_id"]) == [0, 2, 4] and numbers(busy["monitor_id"]) == [1, 3, 5]
     assert outcomes(ids) == ["fired"] * 6
+
+
+@pytest.mark.parametrize("caps", [{"MONITOR_MAX_WAKES_PER_HOUR": 3}, {"MONITOR_MAX_FIRES_PER_CONVERSATION_DAY": 4}])
+def test_a_batch_that_reaches_a_cap_ends_as_the_same_deliveries_one_by_one_do(client, owner, held, reconfigure,
+                                                                            caps):
+    """A round reads the caps once for all its monitors, and before each fire only for those it could take to a
+    cap: the outcomes, wakes and statuses are those of the same deliveries processed one at a time, in the order
+    a round takes them (by monitor, then delivery: two monitors of one conversation share its daily cap, so which
+    of them reaches it depends on that order)."""
+    from models.tables import Monitor
+    from tasks.deliveries import process_delivery, process_deliveries
+
+    reconfigure(**{**CAPS, **caps})
+
+    def run(conversation: str, one_by_one: bool) -> tuple:
+        links = [create_in(client, owner[1], conversation) for _ in range(2)]
+        ids = [deliver(client, links[n % 2], n) for n in range(8)]
+        with db():
+            if one_by_one:
+                for _, delivery_id in sorted((links[n % 2]["monitor_id"], delivery_id)
+                                             for n, delivery_id in enumerate(ids)):
+                    process_delivery.fn(delivery_id)
+            else:
+                process_deliveries.fn(ids)
+        first = sorted(range(2), key=lambda i: links[i]["monitor_id"])  # the monitor a round takes first, first
+        with db():
+            return [(outcomes(ids[i::2]), Monitor.get_by_id(links[i]["monitor_id"]).status,
+                     [w.metadata["wake"]["source"] for w in wakes(links[i]["monitor_id"])]) for i in first]
+
+    batched, alone = run("conv-batched", False), run("conv-alone", True)
+    assert batched == alone
+    assert {"paused", "error"} & {status for _, status, _ in batched}  # a cap was reached
+
+
+def create_in(client, token: str, conversation: str) -> dict:
+    from tests.integration.helpers import tool
+
+    body = tool(client, token, "monitor_create", {"description": "the deploy finishes", "max_wakes": 100,
+                                                  "source": {"type": "webhook", "signature": "none"}},
+                conversation=conversation).json()
+    assert body["ok"], body
+    return body["result"]
