@@ -16,7 +16,7 @@ from models.coalesce import deliver, hold, window_seconds, write_new_wake
 from models.compiled import Compiled, run_prepared
 from models.db import database, iso, utcnow
 from models.runs import stop_runs
-from models.events import event_params, record_event, with_event
+from models.events import COUNTS_ITS_EVENT, counted, event_params, record_event, with_event
 from models.tables import ACTIVE, DONE, ERROR, PAUSED, Monitor, Wake
 
 #: a field's new value in _claimed_update: one more than it was
@@ -324,6 +324,8 @@ def _claimed_update(monitor, claim_seq: int, fields: dict, bump: bool = True, ev
         setattr(monitor, field.name, getattr(monitor, field.name) + 1 if value is ONE_MORE else value)
     if event is not None and not together:
         record_event(monitor, *event)
+    elif together:
+        counted(monitor)
     return True
 
 
@@ -335,6 +337,8 @@ def _update_sql(columns: tuple[tuple[str, bool], ...], with_its_event: bool) -> 
     under (the same in every process)."""
     p = database.param
     sets = ", ".join(f'"{name}" = "{name}" + 1' if counts else f'"{name}" = {p}' for name, counts in columns)
+    if with_its_event:
+        sets = f"{sets}, {COUNTS_ITS_EVENT}"
     sql = f'UPDATE "monitors" SET {sets} WHERE "id" = {p} AND "claim_seq" = {p} AND "status" = {p}'
     if with_its_event:
         sql = with_event(sql)

@@ -77,6 +77,8 @@ class Monitor(BaseModel):
     interval_seconds = peewee.IntegerField()
     max_wakes = peewee.IntegerField(default=1)
     wakes_used = peewee.IntegerField(default=0)
+    #: how many events it has written: the next one's monitor_runs.seq (m0022)
+    events_written = peewee.IntegerField(default=0)
     status = peewee.CharField(max_length=20, default="active")
     next_check_at = peewee.DateTimeField()
     expires_at = peewee.DateTimeField()
@@ -144,10 +146,12 @@ class MonitorRun(BaseModel):
     check_count = peewee.IntegerField(default=0)
     #: engine/explain.change_data: what it read, before → after, the reasoning, the judge's verdict
     data = JSONField(null=True)
+    #: the monitor's own number for it (monitors.events_written when it was written), for the prune (m0022)
+    seq = peewee.IntegerField(null=True)
 
     class Meta:
         table_name = "monitor_runs"
-        indexes = ((("monitor", "id"), False),)  # m0021
+        indexes = ((("monitor", "id"), False), (("monitor", "seq"), False))  # m0021, m0022
 
 
 class Wake(BaseModel):

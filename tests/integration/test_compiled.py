@@ -125,3 +125,40 @@ def test_a_fired_check_is_recorded_once_per_claim_with_its_wake_and_message(eith
     assert (final.failure_count, final.last_error, final.claim_seq) == (1, "It broke.", claim + 2)
     assert message.id == first.woke.id == wake.message_id and "the deploy finished" in message.content
     assert message.metadata["wake"]["ref_id"] == monitor.id and runs == ["fired", "error"]
+
+
+def test_events_are_numbered_per_monitor_and_only_the_newest_kept_stay(either_database):
+    """The prune deletes by each monitor's own event number (m0022): standalone events and the ones written
+    with a claimed update share it, another monitor's are left alone, and the caller's copy counts them too."""
+    from importlib import import_module
+
+    import models.events as events
+    from engine.checks.base import Verdict
+    from engine.pipeline import CHANGED, Outcome
+    from models.results import record_check
+    from models.tables import MonitorRun
+
+    kept = events.EVENTS_KEPT
+    events.keep_events(3)
+    try:
+        with db():
+            monitor, other = a_monitor("chat-a", "numbered"), a_monitor("chat-b", "left alone")
+            events.record_event(other, "changed", "its own", utcnow())
+            for n in range(4):
+                events.record_event(monitor, "changed", f"standalone {n}", utcnow())
+            outcome = Outcome(CHANGED, content_hash="h2", text="v2", verdict=Verdict(False, "changed", state={"v": 2}))
+            assert record_check(monitor, monitor.claim_seq, outcome, utcnow()).written
+            assert Monitor.get_by_id(monitor.id).events_written == monitor.events_written == 5
+            runs = list(MonitorRun.select().where(MonitorRun.monitor == monitor.id).order_by(MonitorRun.id))
+            assert [run.seq for run in runs] == [3, 4, 5]
+            assert [run.detail for run in runs][:2] == ["standalone 2", "standalone 3"]
+            assert MonitorRun.select().where(MonitorRun.monitor == other.id).count() == 1
+            # m0022's numbering of events written before it: the same numbers, from 1 for each monitor
+            MonitorRun.update(seq=None).execute()
+            Monitor.update(events_written=0).execute()
+            import_module("models.migrations.m0022_numbered_events").number_existing(database.obj)
+            assert [run.seq for run in MonitorRun.select().where(MonitorRun.monitor == monitor.id)
+                    .order_by(MonitorRun.id)] == [1, 2, 3]
+            assert [m.events_written for m in Monitor.select().order_by(Monitor.id)] == [1, 3]
+    finally:
+        events.keep_events(kept)
