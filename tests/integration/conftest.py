@@ -84,7 +84,9 @@ def run_due_checks(drain):
 
 @pytest.fixture()
 def reconfigure(settings, broker):
-    """Run the rest of the test with some settings changed, as an operator would set them."""
+    """Run the rest of the test with some settings changed, as an operator would set them; the test's own
+    settings come back after it, so what it changed (a coalescing window, say) can't leak into the next test that
+    the same process runs."""
     from dataclasses import replace
 
     import tasks.runtime as runtime
@@ -93,7 +95,8 @@ def reconfigure(settings, broker):
         changed = replace(settings, **changes)
         runtime.configure(changed)
         return changed
-    return apply
+    yield apply
+    runtime.configure(settings)
 
 
 @pytest.fixture()
