@@ -222,19 +222,20 @@ def over_daily_cap(monitor: Monitor, now: datetime, life: Lifecycle) -> bool:
     return fires_in_last_day(monitor.conversation_id, now) >= life.max_fires_per_conversation_day
 
 
-_FIRES_FROM = ("FROM wakes w JOIN monitors m ON m.id = w.monitor_id WHERE m.conversation_id = {p} "
+_FIRES_FROM = ("FROM wakes w JOIN monitors m ON m.id = w.monitor_id WHERE m.conversation_id = {conversation} "
                "AND w.created_at > {p} AND w.dedupe_key NOT IN ({keys}) AND w.dedupe_key NOT LIKE 'paused:%%'")
 _FIRES_SQL = "SELECT COUNT(*) " + _FIRES_FROM
 
 
 def fires_in_last_day(conversation_id: int, now: datetime) -> int:
-    sql = _FIRES_SQL.format(p=database.param, keys=", ".join(f"'{key}'" for key in _NOTICE_KEYS))
+    sql = _FIRES_SQL.format(p=database.param, conversation=database.param, keys=_notice_keys())
     return database.execute_sql(sql, (conversation_id, now - timedelta(days=1))).fetchone()[0]
 
 
-#: the daily and the hourly count as two columns, each counted only up to its cap
+#: the daily and the hourly count as two columns, each counted only up to its cap; {conversation} and {monitor}
+#: are parameters, or (counts_of) the columns of an outer query
 _CAPS_COLUMNS = ("(SELECT COUNT(*) FROM (SELECT 1 " + _FIRES_FROM + " LIMIT {p}) AS day), "
-                 "(SELECT COUNT(*) FROM (SELECT 1 FROM wakes WHERE monitor_id = {p} AND created_at > {p} "
+                 "(SELECT COUNT(*) FROM (SELECT 1 FROM wakes WHERE monitor_id = {monitor} AND created_at > {p} "
                  "AND dedupe_key <> 'expired' AND dedupe_key NOT LIKE 'paused:%%' LIMIT {p}) AS hour)")
 
 
@@ -247,7 +248,12 @@ def fire_caps(monitor: Monitor, now: datetime, life: Lifecycle) -> tuple[bool, b
 
 def caps_columns() -> str:
     """fire_caps' two counts, as columns for a statement of the caller's that also does something else."""
-    return _CAPS_COLUMNS.format(p=database.param, keys=", ".join(f"'{key}'" for key in _NOTICE_KEYS))
+    p = database.param
+    return _CAPS_COLUMNS.format(p=p, conversation=p, monitor=p, keys=_notice_keys())
+
+
+def _notice_keys() -> str:
+    return ", ".join(f"'{key}'" for key in _NOTICE_KEYS)
 
 
 def caps_params(monitor: Monitor, now: datetime, life: Lifecycle) -> tuple:
@@ -256,18 +262,14 @@ def caps_params(monitor: Monitor, now: datetime, life: Lifecycle) -> tuple:
 
 
 #: PostgreSQL: fire_caps' two counts for each of several monitors at once (models/deliveries' rounds)
-_CAPS_OF_SQL = ("SELECT m.id, (SELECT COUNT(*) FROM (SELECT 1 FROM wakes w JOIN monitors c ON c.id = w.monitor_id "
-                "WHERE c.conversation_id = m.conversation_id AND w.created_at > %s AND w.dedupe_key NOT IN ({keys}) "
-                "AND w.dedupe_key NOT LIKE 'paused:%%' LIMIT %s) AS day), "
-                "(SELECT COUNT(*) FROM (SELECT 1 FROM wakes WHERE monitor_id = m.id AND created_at > %s "
-                "AND dedupe_key <> 'expired' AND dedupe_key NOT LIKE 'paused:%%' LIMIT %s) AS hour) "
-                "FROM monitors m WHERE m.id = ANY(%s)")
+_CAPS_OF_SQL = ("SELECT o.id, " + _CAPS_COLUMNS.format(p="%s", conversation="o.conversation_id", monitor="o.id",
+                                                        keys="{keys}") + " FROM monitors o WHERE o.id = ANY(%s)")
 
 
 def counts_of(monitor_ids: list[str], now: datetime, life: Lifecycle) -> dict[str, tuple[int, int]]:
     """Each monitor's (conversation's fires in the last day, its wakes in the last hour), as fire_caps counts
     them (each stopping at its cap), in one statement."""
-    sql = _CAPS_OF_SQL.format(keys=", ".join(f"'{key}'" for key in _NOTICE_KEYS))
+    sql = _CAPS_OF_SQL.format(keys=_notice_keys())
     rows = run_prepared("vigil_caps_of", sql, (now - timedelta(days=1), life.max_fires_per_conversation_day,
                                                now - timedelta(hours=1), life.max_wakes_per_hour, monitor_ids))
     return {monitor_id: (day, hour) for monitor_id, day, hour in rows.fetchall()}
