@@ -76,28 +76,39 @@ def hold(wake_id: int, conversation_id: int, user_id: int, content: str, metadat
     return due
 
 
+def wake_ctes(after: str = "") -> str:
+    """The CTEs of _WAKE_SQL, after a `WITH` or another CTE's comma. `after`: a CTE of the caller's statement that
+    the wake's insert selects from too, so the wake is written only when that CTE returned its row (the claimed
+    update of models/results, for a fire in one round trip)."""
+    source = f"gate, {after}" if after else "gate"
+    return (
+        "gate AS (SELECT COALESCE((SELECT coalesce_seconds FROM conversations WHERE id = CAST(%s AS integer)), "
+        "CAST(%s AS integer)) AS seconds), "
+        "w AS (INSERT INTO wakes (monitor_id, dedupe_key, created_at, message_id) "
+        "SELECT CAST(%s AS varchar), CAST(%s AS varchar), CAST(%s AS timestamp), "
+        f"CASE WHEN gate.seconds <= 0 THEN nextval('messages_id_seq') END FROM {source} "
+        "ON CONFLICT DO NOTHING RETURNING id, message_id), "
+        "m AS (INSERT INTO messages (id, conversation_id, role, content, metadata, created_at) "
+        "SELECT w.message_id, CAST(%s AS integer), 'wake', CAST(%s AS text), CAST(%s AS text), CAST(%s AS timestamp) "
+        "FROM w WHERE w.message_id IS NOT NULL RETURNING id), "
+        "touched AS (UPDATE conversations SET updated_at = CAST(%s AS timestamp) WHERE id = CAST(%s AS integer) "
+        "AND EXISTS (SELECT 1 FROM m)), "
+        "pushes AS (INSERT INTO wake_pushes (endpoint_id, message_id, status, attempts, next_attempt_at, created_at) "
+        "SELECT e.id, m.id, 'pending', 0, CAST(%s AS timestamp), CAST(%s AS timestamp) FROM wake_endpoints e, m "
+        "WHERE e.user_id = CAST(%s AS integer) AND e.enabled RETURNING 1)")
+
+
+#: what a statement ending in wake_ctes selects, in this order: written_of reads it
+WAKE_RESULT = ("(SELECT id FROM w), (SELECT message_id FROM w), (SELECT seconds FROM gate), "
+               "(SELECT COUNT(*) FROM pushes)")
+
 #: PostgreSQL: a new wake and, when its conversation does not coalesce, its message, as one statement (write_wake
 #: took six round trips: the wake, the window's lookup, the message, the conversation's updated_at, the wake's
 #: message id, the pushes). The message's id is drawn first, so the wake is inserted already linked to it; the
 #: wake's insert is the gate (a repeat inserts nothing, so neither does anything after it). Its foreign key to
 #: the message is checked at the end of the statement, when the message is there. Returns the wake's id (None for
 #: a repeat), the message's id (None when the wake is held or a repeat), the window and the pushes queued.
-_WAKE_SQL = (
-    "WITH gate AS (SELECT COALESCE((SELECT coalesce_seconds FROM conversations WHERE id = CAST(%s AS integer)), "
-    "CAST(%s AS integer)) AS seconds), "
-    "w AS (INSERT INTO wakes (monitor_id, dedupe_key, created_at, message_id) "
-    "SELECT CAST(%s AS varchar), CAST(%s AS varchar), CAST(%s AS timestamp), "
-    "CASE WHEN gate.seconds <= 0 THEN nextval('messages_id_seq') END FROM gate "
-    "ON CONFLICT DO NOTHING RETURNING id, message_id), "
-    "m AS (INSERT INTO messages (id, conversation_id, role, content, metadata, created_at) "
-    "SELECT w.message_id, CAST(%s AS integer), 'wake', CAST(%s AS text), CAST(%s AS text), CAST(%s AS timestamp) "
-    "FROM w WHERE w.message_id IS NOT NULL RETURNING id), "
-    "touched AS (UPDATE conversations SET updated_at = CAST(%s AS timestamp) WHERE id = CAST(%s AS integer) "
-    "AND EXISTS (SELECT 1 FROM m)), "
-    "pushes AS (INSERT INTO wake_pushes (endpoint_id, message_id, status, attempts, next_attempt_at, created_at) "
-    "SELECT e.id, m.id, 'pending', 0, CAST(%s AS timestamp), CAST(%s AS timestamp) FROM wake_endpoints e, m "
-    "WHERE e.user_id = CAST(%s AS integer) AND e.enabled RETURNING 1) "
-    "SELECT (SELECT id FROM w), (SELECT message_id FROM w), (SELECT seconds FROM gate), (SELECT COUNT(*) FROM pushes)")
+_WAKE_SQL = f"WITH {wake_ctes()} SELECT {WAKE_RESULT}"
 
 
 @dataclass(frozen=True)
@@ -108,18 +119,30 @@ class Written:
     seconds: int
 
 
-def write_new_wake(monitor_id: str, conversation_id: int, user_id: int, dedupe_key: str, text: str, metadata: dict,
-                   now: datetime) -> Written:
-    """PostgreSQL's write_wake, in one round trip (_WAKE_SQL); a held wake is left for the caller to hold."""
-    wake_id, message_id, seconds, pushes = run_prepared("vigil_write_wake", _WAKE_SQL, (
-        conversation_id, DEFAULT_SECONDS, monitor_id, dedupe_key, now, conversation_id, text,
-        Message.metadata.db_value(metadata), now, now, conversation_id, now, now, user_id)).fetchone()
+def wake_params(monitor_id: str, conversation_id: int, user_id: int, dedupe_key: str, text: str, metadata: dict,
+                now: datetime) -> tuple:
+    """wake_ctes' parameters."""
+    return (conversation_id, DEFAULT_SECONDS, monitor_id, dedupe_key, now, conversation_id, text,
+            Message.metadata.db_value(metadata), now, now, conversation_id, now, now, user_id)
+
+
+def written_of(row, conversation_id: int, text: str, metadata: dict, now: datetime) -> Written:
+    """Written, from WAKE_RESULT's four values."""
+    wake_id, message_id, seconds, pushes = row
     if message_id is None:
         return Written(wake_id, None, seconds)
     message = Message(id=message_id, conversation=conversation_id, role="wake", content=text, metadata=metadata,
                       created_at=now)
     message.pushes = pushes
     return Written(wake_id, message, seconds)
+
+
+def write_new_wake(monitor_id: str, conversation_id: int, user_id: int, dedupe_key: str, text: str, metadata: dict,
+                   now: datetime) -> Written:
+    """PostgreSQL's write_wake, in one round trip (_WAKE_SQL); a held wake is left for the caller to hold."""
+    row = run_prepared("vigil_write_wake", _WAKE_SQL, wake_params(
+        monitor_id, conversation_id, user_id, dedupe_key, text, metadata, now)).fetchone()
+    return written_of(row, conversation_id, text, metadata, now)
 
 
 _LINK_MESSAGE = Compiled(lambda message_id, wake_id: Wake.update({Wake.message: message_id}).where(Wake.id == wake_id))

@@ -64,16 +64,20 @@ def counted(monitor) -> None:
 COUNTS_ITS_EVENT = '"events_written" = "events_written" + 1'
 
 
-def with_event(update_sql: str) -> str:
+def with_event(update_sql: str, ctes: str = "", results: str = "") -> str:
     """PostgreSQL: `update_sql` (an UPDATE of one monitor, models/results, whose SET has COUNTS_ITS_EVENT) and the
     event record_event writes after it, with the prune, as one statement; the event is written only if the UPDATE
-    changed the row, and the one value the statement returns is how many rows it changed. Its parameters: the
-    UPDATE's, then event_params."""
+    changed the row, and the first value the statement returns is how many rows it changed. Its parameters: the
+    UPDATE's, then event_params. `ctes`: more CTEs after the event's (they may select from `upd`, the updated
+    row), and `results`: more values the statement returns after the count, with their parameters after
+    event_params."""
+    more = f", {ctes}" if ctes else ""
+    also = f", {results}" if results else ""
     return (f"WITH upd AS ({update_sql} RETURNING id, events_written), run AS (INSERT INTO monitor_runs (monitor_id, "
             "kind, detail, created_at, check_count, data, seq) SELECT id, %s, %s, CAST(%s AS timestamp), "
             "CAST(%s AS integer), %s, events_written FROM upd), pruned AS (DELETE FROM monitor_runs WHERE monitor_id "
-            "= (SELECT id FROM upd) AND seq <= (SELECT events_written FROM upd) - CAST(%s AS integer)) "
-            "SELECT COUNT(*) FROM upd")
+            f"= (SELECT id FROM upd) AND seq <= (SELECT events_written FROM upd) - CAST(%s AS integer)){more} "
+            f"SELECT (SELECT COUNT(*) FROM upd){also}")
 
 
 def event_params(monitor, kind: str, detail: str, now: datetime, data: dict | None = None) -> tuple:

@@ -12,7 +12,9 @@ from engine.pipeline import ERROR, FIRED, QUIET, Outcome
 from engine.sources import DOCUMENT_SOURCES, ERROR_PATH_SOURCES
 from engine.explain import change_data
 from engine.wake import ended_text, paused_text, time_text, wake_text
-from models.coalesce import deliver, hold, window_seconds, write_new_wake
+from models.coalesce import (
+    WAKE_RESULT, Written, deliver, hold, wake_ctes, wake_params, window_seconds, write_new_wake, written_of,
+)
 from models.compiled import Compiled, run_prepared
 from models.db import database, iso, utcnow
 from models.runs import stop_runs
@@ -118,13 +120,22 @@ def _record_change(monitor: Monitor, claim_seq: int, outcome: Outcome, now: date
             fields[Monitor.status] = DONE
     data = change_data(monitor.check or {}, verdict.summary, verdict.found, monitor.check_state, verdict.state,
                        outcome.judged)  # before the update: it gives the monitor its new state
-    recorded = _store_run(monitor, claim_seq, fields, outcome.kind, verdict.found or verdict.summary, now, data)
-    if not (recorded.written and fired):
-        return recorded
+    event = (outcome.kind, verdict.found or verdict.summary, now, data)
+    if not fired:
+        return Recorded(_claimed_update(monitor, claim_seq, fields, event=event))
     key = f"{monitor.check['type']}:{fire_number}:{verdict.fact}"
     text = wake_text(monitor.description, verdict.found, monitor.on_match, last=last, unchecked=unchecked)
     extra = {"found": verdict.found, "checked_against_condition": bool(monitor.condition) and not unchecked,
              **wake_extra}
+    if isinstance(database.obj, PostgresqlDatabase):  # the update, its event and the wake: one statement
+        at = utcnow()
+        text, metadata = _composed(monitor, source, key, text, extra)
+        written = _claimed_fire(monitor, claim_seq, fields, event, (key, text, metadata, at))
+        if written is None:
+            return Recorded(False)
+        return Recorded(True, _settled(monitor, written, text, metadata, at))
+    if not _claimed_update(monitor, claim_seq, fields, event=event):
+        return Recorded(False)
     return Recorded(True, write_wake(monitor, source, key, text, extra))
 
 
@@ -314,16 +325,11 @@ def _claimed_update(monitor, claim_seq: int, fields: dict, bump: bool = True, ev
     if bump:
         fields = {**fields, Monitor.claim_seq: ONE_MORE}
     together = event is not None and isinstance(database.obj, PostgresqlDatabase)
-    shape = (type(database.obj), together,
-             tuple((field.column_name, value is ONE_MORE) for field, value in fields.items()))
-    name, sql = _UPDATES.get(shape) or _UPDATES.setdefault(shape, _update_sql(shape[2], together))
-    values = [field.db_value(value) for field, value in fields.items() if value is not ONE_MORE]
-    params = (*values, monitor.id, claim_seq, ACTIVE, *(event_params(monitor, *event) if together else ()))
-    cursor = run_prepared(name, sql, params)
+    params = _claimed_params(monitor, claim_seq, fields, event if together else None)
+    cursor = run_prepared(*_statement(fields, "event" if together else ""), params)
     if (cursor.fetchone()[0] if together else cursor.rowcount) != 1:
         return False
-    for field, value in fields.items():
-        setattr(monitor, field.name, getattr(monitor, field.name) + 1 if value is ONE_MORE else value)
+    _applied(monitor, fields)
     if event is not None and not together:
         record_event(monitor, *event)
     elif together:
@@ -331,19 +337,55 @@ def _claimed_update(monitor, claim_seq: int, fields: dict, bump: bool = True, ev
     return True
 
 
+def _claimed_fire(monitor: Monitor, claim_seq: int, fields: dict, event: tuple, wake: tuple) -> Written | None:
+    """PostgreSQL: _claimed_update with its event and, only if the claim held, the fire's wake (`wake`: its dedupe
+    key, text, metadata and time), in one statement: a fire was two round trips. None when the claim was lost."""
+    key, text, metadata, at = wake
+    fields = {**fields, Monitor.claim_seq: ONE_MORE}
+    params = (*_claimed_params(monitor, claim_seq, fields, event),
+              *wake_params(monitor.id, monitor.conversation_id, monitor.user_id, key, text, metadata, at))
+    updated, *row = run_prepared(*_statement(fields, "wake"), params).fetchone()
+    if updated != 1:
+        return None
+    _applied(monitor, fields)
+    counted(monitor)
+    return written_of(row, monitor.conversation_id, text, metadata, at)
+
+
+def _claimed_params(monitor, claim_seq: int, fields: dict, event: tuple | None) -> tuple:
+    values = [field.db_value(value) for field, value in fields.items() if value is not ONE_MORE]
+    return (*values, monitor.id, claim_seq, ACTIVE, *(event_params(monitor, *event) if event else ()))
+
+
+def _applied(monitor, fields: dict) -> None:
+    """The caller's copy gets the changes the claimed update wrote."""
+    for field, value in fields.items():
+        setattr(monitor, field.name, getattr(monitor, field.name) + 1 if value is ONE_MORE else value)
+
+
+def _statement(fields: dict, after: str) -> tuple[str, str]:
+    """The prepared name and text of the claimed update of these fields; `after`: "" the update alone, "event" with
+    its event, "wake" with its event and the fire's wake (the last two PostgreSQL's)."""
+    columns = tuple((field.column_name, value is ONE_MORE) for field, value in fields.items())
+    shape = (type(database.obj), after, columns)
+    return _UPDATES.get(shape) or _UPDATES.setdefault(shape, _update_sql(shape[2], after))
+
+
 _UPDATES: dict[tuple, tuple[str, str]] = {}
 
 
-def _update_sql(columns: tuple[tuple[str, bool], ...], with_its_event: bool) -> tuple[str, str]:
-    """The UPDATE of this shape (with its event: models/events.with_event), and the name PostgreSQL prepares it
-    under (the same in every process)."""
+def _update_sql(columns: tuple[tuple[str, bool], ...], after: str) -> tuple[str, str]:
+    """The UPDATE of this shape (with its event: models/events.with_event; and its wake: models/coalesce.wake_ctes),
+    and the name PostgreSQL prepares it under (the same in every process)."""
     p = database.param
     sets = ", ".join(f'"{name}" = "{name}" + 1' if counts else f'"{name}" = {p}' for name, counts in columns)
-    if with_its_event:
+    if after:
         sets = f"{sets}, {COUNTS_ITS_EVENT}"
     sql = f'UPDATE "monitors" SET {sets} WHERE "id" = {p} AND "claim_seq" = {p} AND "status" = {p}'
-    if with_its_event:
+    if after == "event":
         sql = with_event(sql)
+    elif after == "wake":
+        sql = with_event(sql, ctes=wake_ctes(after="upd"), results=WAKE_RESULT)
     return f"vigil_claimed_{hashlib.sha1(sql.encode()).hexdigest()[:16]}", sql
 
 
@@ -357,18 +399,11 @@ def write_wake(monitor: Monitor, source: str, dedupe_key: str, text: str, extra:
     conversation coalesces: then the wake is held, and counts as a wake from now, but its message is written with
     the others of its window when the window closes (models/coalesce)."""
     now = utcnow()
-    metadata = {"wake": {"source": source, "ref_id": monitor.id, "dedupe_key": dedupe_key,
-                         "description": monitor.description},
-                "on_match": monitor.on_match, **extra}
-    if getattr(monitor, "note", ""):
-        text = f"{text}\nYour note, as you wrote it when you armed this monitor:\n{monitor.note}"
-        metadata["note"] = monitor.note
+    text, metadata = _composed(monitor, source, dedupe_key, text, extra)
     if isinstance(database.obj, PostgresqlDatabase):  # one round trip: models/coalesce._WAKE_SQL
         written = write_new_wake(monitor.id, monitor.conversation_id, monitor.user_id, dedupe_key, text, metadata,
                                  now)
-        if written.wake_id is not None and written.message is None:
-            hold(written.wake_id, monitor.conversation_id, monitor.user_id, text, metadata, now, written.seconds)
-        return written.message
+        return _settled(monitor, written, text, metadata, now)
     if _NEW_WAKE.rowcount(monitor.id, dedupe_key, now) != 1:
         return None
     wake_id = Wake.get((Wake.monitor == monitor.id) & (Wake.dedupe_key == dedupe_key)).id
@@ -377,3 +412,21 @@ def write_wake(monitor: Monitor, source: str, dedupe_key: str, text: str, extra:
         hold(wake_id, monitor.conversation_id, monitor.user_id, text, metadata, now, seconds)
         return None
     return deliver(monitor.conversation_id, monitor.user_id, text, metadata, [wake_id])
+
+
+def _composed(monitor: Monitor, source: str, dedupe_key: str, text: str, extra: dict) -> tuple[str, dict]:
+    """The wake message's text (with the owner's note) and metadata."""
+    metadata = {"wake": {"source": source, "ref_id": monitor.id, "dedupe_key": dedupe_key,
+                         "description": monitor.description},
+                "on_match": monitor.on_match, **extra}
+    if getattr(monitor, "note", ""):
+        text = f"{text}\nYour note, as you wrote it when you armed this monitor:\n{monitor.note}"
+        metadata["note"] = monitor.note
+    return text, metadata
+
+
+def _settled(monitor: Monitor, written: Written, text: str, metadata: dict, now: datetime):
+    """The message a new wake wrote; a wake its conversation coalesces is held for its window instead (None)."""
+    if written.wake_id is not None and written.message is None:
+        hold(written.wake_id, monitor.conversation_id, monitor.user_id, text, metadata, now, written.seconds)
+    return written.message

@@ -162,3 +162,37 @@ def test_events_are_numbered_per_monitor_and_only_the_newest_kept_stay(either_da
             assert [m.events_written for m in Monitor.select().order_by(Monitor.id)] == [1, 3]
     finally:
         events.keep_events(kept)
+
+
+def test_a_fire_whose_wake_was_written_already_or_is_held_still_records_its_check(either_database):
+    """The fire's update, event and wake share one statement on PostgreSQL: a wake key written before (a repeat)
+    still records the check and its event, with no second message; a conversation that coalesces gets its wake
+    held, not a message; a lost claim writes none of the three."""
+    from engine.checks.base import Verdict
+    from engine.pipeline import FIRED, Outcome
+    from models.results import record_check
+    from models.tables import HeldWake, Message, MonitorRun
+
+    now = utcnow()
+    outcome = Outcome(FIRED, raw_hash="r" * 64, content_hash="c" * 64,
+                      verdict=Verdict(fired=True, summary="s", found="it is back", fact="f1", state={"v": 1}))
+    with db():
+        repeat, held = a_monitor("chat-a", "repeat"), a_monitor("chat-b", "held")
+        Monitor.update(max_wakes=5).execute()
+        Wake.create(monitor=repeat, dedupe_key="every_call:1:f1", created_at=now)
+        Conversation.update(coalesce_seconds=60).where(Conversation.external_id == "chat-b").execute()
+        repeated = record_check(load_for_check(repeat.id), repeat.claim_seq, outcome, now)
+        lost = record_check(load_for_check(held.id), held.claim_seq + 7, outcome, now)
+        assert MonitorRun.select().where(MonitorRun.monitor == held.id).count() == 0
+        holding = record_check(load_for_check(held.id), held.claim_seq, outcome, now)
+        after = {m.id: m for m in Monitor.select()}
+        messages = Message.select().count()
+        wakes = sorted((w.monitor_id, w.dedupe_key, w.message_id) for w in Wake.select())
+        runs = sorted((r.monitor_id, r.kind) for r in MonitorRun.select())
+        [kept] = HeldWake.select()
+    assert repeated.written and repeated.woke is None and not lost.written and holding.written
+    assert holding.woke is None and messages == 0 and "it is back" in kept.content
+    assert wakes == [("held", "every_call:1:f1", None), ("repeat", "every_call:1:f1", None)]
+    assert runs == [("held", "fired"), ("repeat", "fired")]
+    assert after["repeat"].fire_count == after["held"].fire_count == 1
+    assert after["held"].events_written == after["repeat"].events_written == 1
