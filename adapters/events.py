@@ -64,16 +64,25 @@ class RedisBus:
 
     def publish(self, user_id: int, name: str, data: dict) -> None:
         try:
-            self._client.publish(self._channel(user_id), json.dumps({"name": name, "data": data}))
+            self._client.publish(self._channel(user_id), encoded([(name, data)]))
         except Exception as exc:  # an event lost to a Redis outage must not fail the check that made it
             log.warning("event %s not published: %s", name, exc)
 
     def publish_many(self, events: list[tuple[int, str, dict]]) -> None:
-        """Several events in one round trip."""
+        """Several events in one round trip, and one pub/sub message per user (a batch of 20 quiet checks sent
+        20 PUBLISHes: the pipeline's packing and replies were ~12% of such a check's CPU); subscribers get each
+        event on its own, in order."""
+        by_user: dict[int, list[tuple[str, dict]]] = {}
+        for user_id, name, data in events:
+            by_user.setdefault(user_id, []).append((name, data))
         try:
+            if len(by_user) == 1:
+                [(user_id, theirs)] = by_user.items()
+                self._client.publish(self._channel(user_id), encoded(theirs))
+                return
             pipe = self._client.pipeline(transaction=False)
-            for user_id, name, data in events:
-                pipe.publish(self._channel(user_id), json.dumps({"name": name, "data": data}))
+            for user_id, theirs in by_user.items():
+                pipe.publish(self._channel(user_id), encoded(theirs))
             pipe.execute()
         except Exception as exc:  # as in publish(): an outage loses events, never checks
             log.warning("%d events not published: %s", len(events), exc)
@@ -111,14 +120,32 @@ class RedisBus:
             await client.aclose()
 
 
+def encoded(events: list[tuple[str, dict]]) -> str:
+    """One user's events as one pub/sub message: a lone event as {"name", "data"}, several as {"events": [[name,
+    data], …]}."""
+    if len(events) == 1:
+        [(name, data)] = events
+        return json.dumps({"name": name, "data": data})
+    return json.dumps({"events": events})
+
+
+def decoded(raw: bytes | str) -> list[tuple[str, dict]]:
+    """The events of one pub/sub message that `encoded` wrote, in order; raises ValueError or KeyError for a
+    message it did not write."""
+    message = json.loads(raw)
+    if "events" in message:
+        return [(name, data) for name, data in message["events"]]
+    return [(message["name"], message["data"])]
+
+
 async def _pump(pubsub, queue: asyncio.Queue) -> None:
     async for message in pubsub.listen():
         if message["type"] != "message":
             continue
         try:
-            event = json.loads(message["data"])
-            queue.put_nowait((event["name"], event["data"]))
-        except (ValueError, KeyError, asyncio.QueueFull):
+            for event in decoded(message["data"]):
+                queue.put_nowait(event)
+        except (ValueError, KeyError, TypeError, asyncio.QueueFull):
             continue
 
 

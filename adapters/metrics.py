@@ -39,9 +39,9 @@ SSE_CLIENTS = Gauge("vigil_sse_clients", "Event streams (SSE) open now.", multip
 _CHECK_OUTCOMES = {outcome: CHECKS.labels(outcome) for outcome in OUTCOMES}  # a quiet check skips labels()
 
 
-def count_check(kind: str, unreachable: bool = False) -> None:
+def count_check(kind: str, unreachable: bool = False, times: int = 1) -> None:
     kind = "unreachable" if unreachable else kind
-    (_CHECK_OUTCOMES.get(kind) or CHECKS.labels(kind)).inc()
+    (_CHECK_OUTCOMES.get(kind) or CHECKS.labels(kind)).inc(times)
 
 
 def count_wakes(messages) -> None:

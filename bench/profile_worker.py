@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Where a quiet check's CPU goes in the worker, in-process (py-spy is not installed).
 
-    .venv/bin/python bench/profile_worker.py [--monitors 500] [--top 25]
+    .venv/bin/python bench/profile_worker.py [--monitors 500] [--top 25] [--shared 50]
 
 Uses the same set-up as bench/quiet_checks.py (page-server process, vigil_bench recreated, Redis db 13
 flushed, N quiet monitors), then in THIS process:
@@ -14,6 +14,10 @@ flushed, N quiet monitors), then in THIS process:
    real scheduler tick sent, with cProfile (timer: thread CPU time) running in every consumer and
    worker thread; prints the process CPU per check without and with the profiler, and the merged top
    functions. The profiler inflates pure-Python code (peewee's SQL building) more than C calls.
+
+With --shared D the monitors watch D distinct urls (bench/quiet_shared.py's set-up), so most checks are shared
+hits (engine/shared_fetch.py): where a check's CPU goes once its GET is gone. Its rounds run back to back in one
+interval window, so fewer GETs go out than in quiet_checks.py --shared, which waits for a window each round.
 """
 
 from __future__ import annotations
@@ -117,18 +121,19 @@ def breakdown(stats: Stats, n: int) -> str:
         setattr(owner, name, original)
     count = len(claimed)
     lines = [f"### 1. Sequential breakdown: {count} quiet checks, one thread, thread CPU time (inclusive)", "",
-             "| step | µs/check | share |", "|---|---:|---:|",
+             "| step | µs/check | share | calls |", "|---|---:|---:|---:|",
              f"| whole process (this thread + helper threads, e.g. the fetch-deadline watchdog) | "
-             f"{1e6 * process / count:.0f} | {100 * process / total:.0f}% |",
-             f"| this thread: whole actor incl. connect/close | {1e6 * total / count:.0f} | 100% |",
+             f"{1e6 * process / count:.0f} | {100 * process / total:.0f}% | |",
+             f"| this thread: whole actor incl. connect/close | {1e6 * total / count:.0f} | 100% | |",
              f"| DatabaseConnection connect + close | {1e6 * connect_close / count:.0f} | "
-             f"{100 * connect_close / total:.0f}% |"]
+             f"{100 * connect_close / total:.0f}% | |"]
     for _, _, label in wrapped:
-        lines.append(f"| {label} | {1e6 * _spent[label] / count:.0f} | {100 * _spent[label] / total:.0f}% |")
-    rest = total - connect_close - sum(_spent[k] for k in ("load_for_check", "run_check", "record_check",
-                                                            "publish_monitor"))
-    lines.append(f"| rest of the actor (Prior, spec from record, next_check_at, utcnow) | {1e6 * rest / count:.0f} | "
-                 f"{100 * rest / total:.0f}% |")
+        lines.append(f"| {label} | {1e6 * _spent[label] / count:.0f} | {100 * _spent[label] / total:.0f}% | "
+                     f"{_calls[label]:,} |")
+    steps = [label for label in _spent if not label.startswith(" ") and not label.startswith("load_claimed +")]
+    rest = total - connect_close - sum(_spent[label] for label in steps)
+    lines.append(f"| rest of the actor (Prior, specs, the window, utcnow) | {1e6 * rest / count:.0f} | "
+                 f"{100 * rest / total:.0f}% | |")
     return "\n".join(lines) + "\n"
 
 
@@ -179,6 +184,7 @@ def main() -> int:
     parser.add_argument("--monitors", type=int, default=500)
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--threads", type=int, default=4, help="worker threads of the in-process Worker (default 4)")
+    parser.add_argument("--shared", type=int, metavar="D", help="the monitors watch D distinct urls (shared fetches)")
     args = parser.parse_args()
     (RESULTS / "logs").mkdir(parents=True, exist_ok=True)
     procs = Processes(RESULTS / "logs")
@@ -188,7 +194,11 @@ def main() -> int:
         wait_listening(port, procs)
         ensure_database()
         reset_schema()
-        create_monitors(f"http://127.0.0.1:{port}", args.monitors)
+        if args.shared:
+            from bench.quiet_shared import monitors_over
+            monitors_over(args.shared)(f"http://127.0.0.1:{port}", args.monitors)
+        else:
+            create_monitors(f"http://127.0.0.1:{port}", args.monitors)
         os.environ.update(VIGIL_ENV)
         import redis
         redis.Redis.from_url(REDIS_URL).flushdb()

@@ -230,8 +230,9 @@ class EventCounter:
     def _run(self) -> None:
         with contextlib.suppress(redis.ConnectionError, OSError, ValueError):  # close() cuts the connection
             for message in self._pubsub.listen():
-                if b'"monitor.updated"' in message["data"]:
-                    self.count += 1
+                seen = message["data"].count(b'"monitor.updated"')  # a message may carry several (adapters.events)
+                if seen:
+                    self.count += seen
                     self.last_at = datetime.now(timezone.utc).replace(tzinfo=None)
 
     def close(self) -> None:

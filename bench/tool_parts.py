@@ -27,6 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from adapters.events import decoded  # noqa: E402
+
 #: the tools' credential: a header value, stored encrypted, which the API checks on every tool request
 SECRET = "Bearer sk-bench-7f3a9c1e0d5b4a2f"
 AGENT = "bench-agent"
@@ -189,16 +191,18 @@ class Checked:
     def _run(self) -> None:
         with contextlib.suppress(Exception):  # close() cuts the connection
             for message in self._pubsub.listen():
-                event = json.loads(message["data"])
-                with self.lock:
-                    self.names[event["name"]] += 1
-                    if event["name"] != "monitor.updated":
-                        continue
-                    data = event["data"]
-                    self.ids[data["monitor_id"]] += 1
-                    self.last_at = time.monotonic()
-                    if data.get("last_error") or data.get("status") != "active":
-                        self.bad.append(f"{data['monitor_id']}: {data.get('status')} {data.get('last_error')}")
+                for name, data in decoded(message["data"]):
+                    self._seen(name, data)
+
+    def _seen(self, name: str, data: dict) -> None:
+        with self.lock:
+            self.names[name] += 1
+            if name != "monitor.updated":
+                return
+            self.ids[data["monitor_id"]] += 1
+            self.last_at = time.monotonic()
+            if data.get("last_error") or data.get("status") != "active":
+                self.bad.append(f"{data['monitor_id']}: {data.get('status')} {data.get('last_error')}")
 
     def reset(self) -> None:
         with self.lock:

@@ -43,7 +43,8 @@ def unknown(text: str) -> list[str]:
 
 
 def has_placeholders(text: str) -> bool:
-    return _PLACEHOLDER.search(text) is not None
+    # the substring test first: nearly every text has none, and it is a tenth of the regex's cost
+    return "{{" in text and _PLACEHOLDER.search(text) is not None
 
 
 def listed() -> str:

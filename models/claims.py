@@ -96,6 +96,9 @@ class Claimed:
     interval_seconds: int = 900
     etag: str = ""
     last_modified: str = ""
+    #: source and check as stored, the key under which tasks/checks keeps their specs parsed
+    source_text: str = ""
+    check_text: str = ""
 
     def state(self) -> dict | None:
         return None if self.state_json is None else json.loads(self.state_json)
@@ -120,7 +123,7 @@ def load_claimed(claims: list[tuple[str, int]]) -> list[Claimed]:
         if row[1] == wanted[row[0]]:
             times = [as_time(value) for value in (row[13], row[15], row[16], row[17])]
             found.append(Claimed(*row[:5], json.loads(row[5]), json.loads(row[6]), *row[7:13], times[0],
-                                 max(row[14], 0), *times[1:], *row[18:21]))
+                                 max(row[14], 0), *times[1:], *row[18:21], row[5], row[6]))
     return found
 
 

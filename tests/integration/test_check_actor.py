@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+from adapters.events import decoded
 from models import utcnow
 from models.claims import claim_due
 from models.tables import MonitorRun
@@ -192,8 +193,7 @@ def test_the_owners_pages_hear_each_recorded_check_as_the_row_now_stands(client,
         assert run_due_checks() == 1
         seen = []
         while (message := listener.get_message(timeout=0.5)) is not None:
-            event = json.loads(message["data"])
-            seen.append((event["name"], event["data"]))
+            seen.extend(decoded(message["data"]))
         with db():
             return seen, event_payload(load_for_check(monitor_id))
 

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from adapters.events import decoded
 from models.tables import Delivery
 from tests.integration.helpers import db, wakes
 from tests.integration.test_triggers import create, path_of
@@ -65,8 +66,7 @@ def test_a_batch_over_three_monitors_wakes_each_delivery_once_in_order_and_publi
     assert outcomes(ids) == ["fired"] * 12
     seen = []
     while (message := listener.get_message(timeout=0.5)) is not None:
-        event = json.loads(message["data"])
-        seen.append((event["name"], event["data"]))
+        seen.extend(decoded(message["data"]))
     listener.close()
     assert [name for name, _ in seen] == ["monitor.updated", "message.created"] * 12
     for link in links:  # each delivery's monitor.updated shows the monitor as that delivery left it

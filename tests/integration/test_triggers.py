@@ -11,6 +11,7 @@ import pytest
 from engine.signatures import sign
 from models.tables import AuditEvent, Delivery, TriggerLink
 from tests.integration.helpers import db, tool, wakes
+from adapters.events import decoded
 from adapters.ratelimit import LinkLimiter
 
 
@@ -398,8 +399,7 @@ def test_each_wake_reaches_the_owners_pages_and_the_last_one_clears_the_watching
         drain()
         seen = []
         while (message := listener.get_message(timeout=0.5)) is not None:
-            event = json.loads(message["data"])
-            seen.append((event["name"], event["data"]))
+            seen.extend(decoded(message["data"]))
         return seen
 
     first, last = events_of_one_delivery(1), events_of_one_delivery(2)
