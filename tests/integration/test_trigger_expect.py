@@ -38,6 +38,13 @@ def sources(monitor_id: str) -> list[str]:
     return [wake.metadata["wake"]["source"] for wake in wakes(monitor_id)]
 
 
+def missing_row(client, monitor_id: str) -> str:
+    """The monitor's row on Settings → Monitors."""
+    page = client.get("/settings/monitors").text
+    start = page.index(f'id="monitor-{monitor_id}"')
+    return page[start:page.index("</tr>", start)]
+
+
 def test_link_misses_its_window_wakes_once_per_window_then_says_it_is_back(client, owner, drain):
     created = expecting(client, owner[1], HOURLY)
     monitor_id, start = created["monitor_id"], monitor_row(created["monitor_id"]).created_at
@@ -56,6 +63,8 @@ def test_link_misses_its_window_wakes_once_per_window_then_says_it_is_back(clien
     assert sources(monitor_id) == ["trigger_missed", "trigger_missed"]  # that window wakes once too
     row = monitor_row(monitor_id)
     assert row.expect_missed_since == start + timedelta(hours=1) and row.expect_missed_count == 2
+    login(client)
+    assert "deliveries missing since" in missing_row(client, monitor_id)  # Settings → Monitors says so too
 
     assert client.post(path_of(created["url"]), json={"rows": 1200}).status_code == 202
     drain()
@@ -69,6 +78,7 @@ def test_link_misses_its_window_wakes_once_per_window_then_says_it_is_back(clien
     row = monitor_row(monitor_id)
     assert row.expect_missed_since is None and row.expect_back_at is None
     assert row.expect_due_at == deadline(parse_expect(HOURLY), arrived)  # the delivery moved the deadline on
+    assert "deliveries missing since" not in missing_row(client, monitor_id)
 
 
 def test_every_delivery_moves_the_deadline_and_no_back_notice_without_a_miss(client, owner, drain):
