@@ -19,12 +19,14 @@ from engine.placeholders import values as placeholder_values
 from engine.sources import DOCUMENT_SOURCES, SourceIO
 from engine.sources.time_source import format_time
 from engine.spec import MonitorSpec
-from engine.tools import ToolDef, poll_tool
+from adapters.mcp_client import McpError, call_tool
+from engine.tools import ToolDef, mcp_run_body, poll_tool
+from models.connections import credentials, find_connection
 from models.documents import stored_body
 from models.forecast_data import forecast_for
 from models.tables import Conversation, Device, User
 from models.tool_actions import (
-    CreateContext, DryRunPlan, LimitReached, Prepared, device_for, fire_at_for, first_check_failed,
+    CreateContext, DryRunPlan, LimitReached, McpRun, Prepared, device_for, fire_at_for, first_check_failed,
     needs_approval_words, no_document_yet, reach_notes, refuse_past_tool_limit, resolved_tool, validate_create,
 )
 from models.tools import find_tool, load_tool
@@ -45,7 +47,7 @@ def prepare_dry_run(user: User, conversation: Conversation, arguments: object, c
                     woken_by: int | None = None) -> Prepared | tuple:
     """A Prepared when the source is read first (first_read, then dry_run_result), else (None, result) now."""
     spec, notes, _, limit = validate_create(user, conversation, arguments, ctx, woken_by)
-    kind, ends_at, reading, tool = spec.source.type, None, None, None
+    kind, ends_at, reading, tool, mcp = spec.source.type, None, None, None, None
     if kind == "webhook":
         notes.append(f"Armed, this would create a trigger link (POST, signature {spec.source.signature}) that wakes "
                      "you on each delivery its check passes; a dry run creates no link.")
@@ -62,11 +64,11 @@ def prepare_dry_run(user: User, conversation: Conversation, arguments: object, c
     elif kind in DOCUMENT_SOURCES:
         reading = _document_reading(user, spec, notes, ctx, now)
     elif kind == "tool":
-        spec, tool, limit = _tool_to_run(user, conversation, spec, notes, ctx, limit)
+        spec, tool, mcp, limit = _tool_to_run(user, conversation, spec, notes, ctx, limit)
     plan = DryRunPlan(forecast_for(user.id, conversation.id, spec, ctx.fires_per_day, now, ends_at),
                       _limits_words(limit))
-    prepared = Prepared(user.id, conversation.id, spec, notes, dry_run=plan, tool=tool)
-    if kind in READ_SOURCES or tool is not None:
+    prepared = Prepared(user.id, conversation.id, spec, notes, dry_run=plan, tool=tool, mcp=mcp)
+    if kind in READ_SOURCES or tool is not None or mcp is not None:
         return prepared
     return None, dry_run_result(prepared, reading, fires_at_once=kind in DOCUMENT_SOURCES)
 
@@ -76,6 +78,8 @@ def first_read(prepared: Prepared, io: SourceIO, max_text_bytes: int, now: datet
     values = placeholder_values(now, None, None)
     if prepared.tool is not None:
         return _tool_poll(prepared, io, max_text_bytes, now, values)
+    if prepared.mcp is not None:
+        return _mcp_poll(prepared, io, max_text_bytes, now)
     return run_check(io, prepared.spec.source, prepared.spec.check, Prior(state={}), max_text_bytes, now=now,
                      placeholders=values)
 
@@ -104,6 +108,19 @@ def _tool_poll(prepared: Prepared, io: SourceIO, max_text_bytes: int, now: datet
     return check_body(source, prepared.spec.check, Prior(state={}), body, max_text_bytes, now)
 
 
+def _mcp_poll(prepared: Prepared, io: SourceIO, max_text_bytes: int, now: datetime) -> Outcome:
+    """One call of a read-only MCP connection tool, as a worker's poll makes it (tasks/checks._run_connection_tool),
+    within the create's timeout and address rules."""
+    run, policy = prepared.mcp, io.fetcher.policy
+    try:
+        result = call_tool(run.url, run.token, run.tool, run.arguments, timeout=policy.timeout,
+                           allow_loopback=policy.allow_loopback)
+    except McpError as exc:
+        return Outcome(ERROR, error=exc.message)
+    body = mcp_run_body(result.is_error, result.text, result.structured)
+    return check_body(prepared.spec.source, prepared.spec.check, Prior(state={}), body, max_text_bytes, now)
+
+
 def _limits_words(refusal: str) -> str:
     if not refusal:
         return "within the limits: arming this now would be allowed"
@@ -126,9 +143,10 @@ def _document_reading(user: User, spec: MonitorSpec, notes: list[str], ctx: Crea
 
 
 def _tool_to_run(user: User, conversation: Conversation, spec: MonitorSpec, notes: list[str], ctx: CreateContext,
-                 limit: str) -> tuple[MonitorSpec, ToolDef | None, str]:
-    """A tool watch resolved as a create resolves it; a declared tool that needs no approval is run once (it only
-    reads), an MCP tool or one that needs the owner's approval is not."""
+                 limit: str) -> tuple[MonitorSpec, ToolDef | None, McpRun | None, str]:
+    """A tool watch resolved as a create resolves it; a tool that needs no approval (a declared one, or an MCP one
+    that says it only reads) is run once, as armed it would be at once; one that needs the owner's approval is
+    not."""
     spec, needs_approval = resolved_tool(user, conversation, spec, ctx)
     try:
         refuse_past_tool_limit(user, ctx)
@@ -138,11 +156,11 @@ def _tool_to_run(user: User, conversation: Conversation, spec: MonitorSpec, note
     if needs_approval:
         notes.append(f"{needs_approval_words(source)}: armed, it would wait for the user to approve this exact call, "
                      "so a dry run can't run it.")
-        return spec, None, limit
+        return spec, None, None, limit
     if source.connection:
-        notes.append("A dry run does not call an MCP connection's tools; armed, its first poll would run at once.")
-        return spec, None, limit
-    return spec, load_tool(find_tool(user.id, source.agent_id, source.tool), ctx.keyring), limit
+        url, token = credentials(find_connection(user.id, source.connection), ctx.keyring)
+        return spec, None, McpRun(url, token, source.tool, dict(source.arguments or {})), limit
+    return spec, load_tool(find_tool(user.id, source.agent_id, source.tool), ctx.keyring), None, limit
 
 
 def _would_run(spec: MonitorSpec, device: Device) -> str:

@@ -5,7 +5,7 @@ Each returns the result for the model or raises ToolError with one sentence sayi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from engine.crypto import Keyring
@@ -73,6 +73,16 @@ class DryRunPlan:
 
 
 @dataclass(frozen=True)
+class McpRun:
+    """A dry run's one call of a read-only tool on an MCP connection: where, as whom (its bearer token, decrypted,
+    never shown), and what."""
+    url: str
+    token: str | None = field(repr=False)
+    tool: str
+    arguments: dict
+
+
+@dataclass(frozen=True)
 class Prepared:
     """A polled monitor_create that passed validation and waits for its first check (taken with no database
     connection held: it may take as long as the source does)."""
@@ -85,6 +95,8 @@ class Prepared:
     dry_run: DryRunPlan | None = None
     #: a dry run of a declared tool that needs no approval: the tool as it runs (header values decrypted)
     tool: ToolDef | None = None
+    #: a dry run of a read-only MCP connection tool: the call it makes once
+    mcp: McpRun | None = None
 
 
 def monitor_create(user: User, conversation: Conversation, arguments: object, ctx: CreateContext, now: datetime):

@@ -142,3 +142,24 @@ def test_removing_the_connection_ends_its_watches(client, owner, server):
     monitor = monitor_row(body["result"]["monitor_id"])
     assert monitor.status == "error" and "was removed" in monitor.last_error
     assert len(wakes(body["result"]["monitor_id"])) == 1
+
+
+def test_a_dry_run_calls_a_read_only_tool_once_and_stores_nothing(client, owner, server):
+    """dry_run on an MCP connection's tool: one tools/call, what the condition makes of its answer now, and no
+    monitor or wake; a tool that waits for the owner's approval is not called; the bearer token never shows."""
+    from tests.integration.test_dry_run import rows
+
+    connect(client, login(client), server.url)
+    before = rows()
+    server.status = "closed"
+    closed = watch(client, owner[1], "get_status", {"ticket": "T-7"}, dry_run=True)
+    server.status = "open"
+    still_open = watch(client, owner[1], "get_status", {"ticket": "T-7"}, dry_run=True)
+    unapproved = watch(client, owner[1], "bump", {"n": 1}, expr="outputText != ''", dry_run=True)
+    assert closed["ok"] and still_open["ok"] and unapproved["ok"], (closed, still_open, unapproved)
+    assert closed["result"]["would_fire"] is True and still_open["result"]["would_fire"] is False
+    assert server.calls["get_status"] == 2 and server.calls["bump"] == 0
+    assert any("approve" in note for note in unapproved["result"]["notes"])
+    assert rows() == before
+    for answer in (closed, still_open, unapproved):
+        assert TOKEN not in str(answer)
