@@ -13,7 +13,7 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from adapters.metrics import counting_clients
 from app.auth import SESSION_CSRF, api_user, session_user
-from app.pages import approval_cards
+from app.pages import approval_cards, trigger_cards
 from app.templating import env, render
 from models import connection, utcnow
 from models.conversations import find_conversation, is_watching
@@ -86,6 +86,9 @@ def _fragments(user, name: str, data: dict, csrf: str = "") -> list[tuple[str, s
             for approval in approval_cards([monitor]).values():
                 parts.append((f"approval-{monitor.id}", render("partials/_approval_card.html", monitor=monitor,
                                                                approval=approval)))
+            for card in trigger_cards([monitor]).values():  # its hits, and whether it ended, as they are now
+                parts.append((f"trigger-hits-{monitor.id}", render("partials/_trigger_hits.html", monitor=monitor,
+                                                                   card=card)))
             return parts
         if name == "conversation.updated":
             conversation.watching = is_watching(conversation.id)

@@ -122,6 +122,9 @@ def test_signed_link_card_reveal_and_example_curl_wake_live(page: Page, browser:
     expect(wake.locator("pre.content")).to_contain_text(description)
     expect(wake.locator("pre.content")).to_contain_text("sent_at")
     assert secret not in wake.inner_text()
+    # the card counts the hit live, and the secret the owner revealed stays revealed
+    expect(hits).to_have_text(re.compile(r"^1 of \d+ hits$"), timeout=LIVE)
+    expect(shown).to_have_text(secret)
     assert_not_reloaded(page, documents)
 
     api = requests.get(f"{stack.base}/api/conversations/{CONVERSATION}/messages", headers=stack.auth,
