@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -80,8 +81,10 @@ class Claimed:
     user_id: int
     conversation_external_id: str
     status: str
-    source: dict
-    check: dict
+    #: source and check as stored: parsed only when asked for (a quiet check of a page needs neither dict), and
+    #: the key under which tasks/checks keeps their specs
+    source_text: str
+    check_text: str
     raw_hash: str
     content_hash: str
     state_json: str | None
@@ -96,9 +99,14 @@ class Claimed:
     interval_seconds: int = 900
     etag: str = ""
     last_modified: str = ""
-    #: source and check as stored, the key under which tasks/checks keeps their specs parsed
-    source_text: str = ""
-    check_text: str = ""
+
+    @functools.cached_property
+    def source(self) -> dict:
+        return json.loads(self.source_text)
+
+    @functools.cached_property
+    def check(self) -> dict:
+        return json.loads(self.check_text)
 
     def state(self) -> dict | None:
         return None if self.state_json is None else json.loads(self.state_json)
@@ -122,8 +130,7 @@ def load_claimed(claims: list[tuple[str, int]]) -> list[Claimed]:
     for row in database.execute_sql(sql, list(wanted)).fetchall():
         if row[1] == wanted[row[0]]:
             times = [as_time(value) for value in (row[13], row[15], row[16], row[17])]
-            found.append(Claimed(*row[:5], json.loads(row[5]), json.loads(row[6]), *row[7:13], times[0],
-                                 max(row[14], 0), *times[1:], *row[18:21], row[5], row[6]))
+            found.append(Claimed(*row[:13], times[0], max(row[14], 0), *times[1:], *row[18:21]))
     return found
 
 
