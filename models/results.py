@@ -127,16 +127,23 @@ def _record_change(monitor: Monitor, claim_seq: int, outcome: Outcome, now: date
     text = wake_text(monitor.description, verdict.found, monitor.on_match, last=last, unchecked=unchecked)
     extra = {"found": verdict.found, "checked_against_condition": bool(monitor.condition) and not unchecked,
              **wake_extra}
-    if isinstance(database.obj, PostgresqlDatabase):  # the update, its event and the wake: one statement
-        at = utcnow()
-        text, metadata = _composed(monitor, source, key, text, extra)
-        written = _claimed_fire(monitor, claim_seq, fields, event, (key, text, metadata, at))
-        if written is None:
+    return _store_fire(monitor, claim_seq, fields, event, source, key, text, extra)
+
+
+def _store_fire(monitor: Monitor, claim_seq: int, fields: dict, event: tuple, source: str, key: str, text: str,
+                extra: dict) -> Recorded:
+    """The claimed update, its event and the fire's wake: one statement on PostgreSQL (_claimed_fire), the update
+    and then write_wake on SQLite."""
+    if not isinstance(database.obj, PostgresqlDatabase):
+        if not _claimed_update(monitor, claim_seq, fields, event=event):
             return Recorded(False)
-        return Recorded(True, _settled(monitor, written, text, metadata, at))
-    if not _claimed_update(monitor, claim_seq, fields, event=event):
+        return Recorded(True, write_wake(monitor, source, key, text, extra))
+    at = utcnow()
+    text, metadata = _composed(monitor, source, key, text, extra)
+    written = _claimed_fire(monitor, claim_seq, fields, event, (key, text, metadata, at))
+    if written is None:
         return Recorded(False)
-    return Recorded(True, write_wake(monitor, source, key, text, extra))
+    return Recorded(True, _settled(monitor, written, text, metadata, at))
 
 
 def fire_time_watch(monitor: Monitor, claim_seq: int, fire_at: datetime, now: datetime,
@@ -368,7 +375,7 @@ def _statement(fields: dict, after: str) -> tuple[str, str]:
     its event, "wake" with its event and the fire's wake (the last two PostgreSQL's)."""
     columns = tuple((field.column_name, value is ONE_MORE) for field, value in fields.items())
     shape = (type(database.obj), after, columns)
-    return _UPDATES.get(shape) or _UPDATES.setdefault(shape, _update_sql(shape[2], after))
+    return _UPDATES.get(shape) or _UPDATES.setdefault(shape, _update_sql(columns, after))
 
 
 _UPDATES: dict[tuple, tuple[str, str]] = {}

@@ -79,7 +79,7 @@ def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded, Mo
     """Fetch, compare, judge a match if the monitor has a condition, and record it. Beyond a quiet check, the
     monitor as recorded (the write is applied to it, so its events need no read back)."""
     now = utcnow()
-    source, check, with_placeholders = specs_of(monitor)
+    source, check, with_placeholders = specs_of(monitor.source_text, monitor.check_text)
     if source.type == "command":
         return dispatch_command(runtime, monitor, now)
     if source.type == "time":
@@ -116,16 +116,11 @@ def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded, Mo
                                       unchecked=step.unchecked), full
 
 
-def specs_of(monitor: Claimed) -> tuple[SourceSpec, CheckSpec, bool]:
-    """The monitor's source and check specs, and whether the source holds placeholders. Parsed once per stored
-    text in a process: building them from the rows' dicts was ~12% of a shared-fetch check's CPU."""
-    return _parsed_specs(monitor.source_text, monitor.check_text)
-
-
 @functools.lru_cache(maxsize=4096)
-def _parsed_specs(source_text: str, check_text: str) -> tuple[SourceSpec, CheckSpec, bool]:
-    """Keyed by the texts, so an edited monitor (another text) gets new specs; the specs are frozen, so sharing
-    them between checks is safe."""
+def specs_of(source_text: str, check_text: str) -> tuple[SourceSpec, CheckSpec, bool]:
+    """A stored source's and check's specs, and whether the source holds placeholders: parsed once per text in a
+    process (building them on every check was ~12% of a shared-fetch check's CPU). Keyed by the texts, so an
+    edited monitor gets new specs; the specs are frozen, so checks can share them."""
     source = json.loads(source_text)
     with_placeholders = any(isinstance(value, str) and has_placeholders(value) for value in source.values())
     return source_from_record(source), check_from_record(json.loads(check_text)), with_placeholders
