@@ -94,7 +94,7 @@ def breakdown(stats: Stats, n: int) -> str:
                (http.Fetcher, "_send", "    Fetcher._send (urlopen, headers only)"),
                (http.Fetcher, "_finish", "    Fetcher._finish (read body, build Response)"),
                (http._Deadline, "__exit__", "    _Deadline.__exit__"),
-               (pipeline, "sha256_hex", "  sha256_hex"),
+               (pipeline, "raw_digest", "  raw_digest (sha256, remembered for a shared body)"),
                (checks, "record_check", "record_check"), (checks, "publish_quiet", "publish_quiet (one pipeline per batch)"),
                (peewee.Database, "execute", "load_claimed + record_check: peewee Database.execute (build SQL + run)"),
                (peewee.Database, "execute_sql", "  of which Database.execute_sql (psycopg2 send/receive, row fetch excluded)")]
@@ -105,7 +105,7 @@ def breakdown(stats: Stats, n: int) -> str:
         claimed = claim_due(utcnow(), n)
     total = connect_close = 0.0
     process0 = time.process_time()
-    batches = [claimed[i:i + checks.BATCH_SIZE] for i in range(0, len(claimed), checks.BATCH_SIZE)]
+    batches = checks.batches(claimed)
     for batch in batches:
         start = time.thread_time()
         database.connect(reuse_if_open=True)

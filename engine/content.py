@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 from dataclasses import dataclass
 
 from bs4 import BeautifulSoup, NavigableString, Tag
@@ -48,6 +49,25 @@ class Content:
 
 def sha256_hex(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
+
+
+#: the last raw body a thread hashed, and its digest: monitors that share a fetch (engine/shared_fetch.py) are
+#: handed the very same bytes object, so each after the first reads its digest instead of hashing the page again
+_last_raw = threading.local()
+#: smaller bodies are hashed again, as cheaply as they are looked up
+_REMEMBERED_BYTES = 4096
+
+
+def raw_digest(body: bytes) -> str:
+    """sha256_hex of a fetched body, remembered for the next check of this thread handed the same object (bytes
+    are immutable, so the same object is the same content)."""
+    last = getattr(_last_raw, "pair", None)
+    if last is not None and last[0] is body:
+        return last[1]
+    digest = hashlib.sha256(body).hexdigest()
+    if type(body) is bytes and len(body) >= _REMEMBERED_BYTES:
+        _last_raw.pair = (body, digest)
+    return digest
 
 
 def html_to_text(body: bytes | str, selector: str | None = None, max_bytes: int = 256 * 1024) -> str:

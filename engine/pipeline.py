@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from engine.checks import CheckSpec, Verdict, baseline, evaluate, hold
-from engine.content import Content, sha256_hex
+from engine.content import Content, raw_digest
 from engine.errors import ContentError
 from engine.http import FetchError, Fetcher, Validators
 from engine.sources import SourceIO, SourceSpec, normalize, read_checked
@@ -79,7 +79,7 @@ def _asking_with(check: CheckSpec, prior: Prior) -> Validators | None:
 def check_body(source: SourceSpec, check: CheckSpec, prior: Prior, body: bytes, max_text_bytes: int,
                now: datetime | None = None) -> Outcome:
     """The pipeline from the hash on, for a body read elsewhere (a command's result sent by its device)."""
-    raw_hash = sha256_hex(body)
+    raw_hash = raw_digest(body)
     # issue 18: a check.for count under way is evaluated even on unchanged content, so a value that holds and stays
     # the same still counts; the state is read only for a check with `for` above 1 (engine/checks/hold.py)
     counting = prior.state is not None and hold.pending(check, prior.stored_state() if check.hold_for > 1 else None)

@@ -25,7 +25,7 @@ from models.tables import ACTIVE
 from models.triggers import unprocessed
 from models.wake_endpoints import prune_attempts
 from tasks.broker import UNAVAILABLE
-from tasks.checks import BATCH_SIZE, check_monitors
+from tasks.checks import batches, check_monitors
 from tasks.deliveries import process_delivery
 from tasks.commands import check_command_result
 from tasks.events import publish_coalesced, publish_device, publish_monitor
@@ -49,12 +49,14 @@ def tick(now: datetime, batch_size: int) -> int:
     devices_tick(now)
     _sweep_pushes(now)
     claimed = claim_due(now, batch_size)
-    for start in range(0, len(claimed), BATCH_SIZE):
+    sent = 0
+    for batch in batches(claimed):
         try:
-            check_monitors.send([list(claim) for claim in claimed[start:start + BATCH_SIZE]])
+            check_monitors.send([list(claim) for claim in batch])
         except UNAVAILABLE:  # the queue is down: what was not queued is due again, not skipped an interval
-            release(claimed[start:], now)
+            release(claimed[sent:], now)
             raise
+        sent += len(batch)
     _tell_missed(now)
     return len(claimed)
 

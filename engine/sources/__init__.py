@@ -4,8 +4,7 @@ read_checked, which makes an HTTP source's GET conditional."""
 
 from __future__ import annotations
 
-import functools
-from dataclasses import fields, replace
+from dataclasses import replace
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
@@ -85,19 +84,14 @@ def normalize(spec: SourceSpec, body: bytes, max_text_bytes: int) -> Content:
 
 def fill_placeholders(spec: SourceSpec, values: dict | None) -> SourceSpec:
     """The spec with every placeholder in its string fields filled in."""
-    names = [name for name in _field_names(type(spec)) if isinstance(value := getattr(spec, name), str)
+    # parse_source refuses placeholders anywhere else, so only these fields are looked at
+    names = [name for name in PLACEHOLDER_FIELDS if isinstance(value := getattr(spec, name, None), str)
              and placeholders.has_placeholders(value)]
     if not names:
         return spec
     if values is None:
         values = placeholders.values(datetime.now(timezone.utc))
     return replace(spec, **{name: _fill(name, getattr(spec, name), values) for name in names})
-
-
-@functools.cache
-def _field_names(kind: type) -> tuple[str, ...]:
-    """A spec class's field names (dataclasses.fields builds its answer on every call)."""
-    return tuple(f.name for f in fields(kind))
 
 
 def _fill(name: str, text: str, values: dict) -> str:

@@ -196,3 +196,35 @@ def test_html_to_text_deeply_nested_selector_matches_stay_fast():
     start = time.process_time()
     assert html_to_text(html, "div") == "deep"
     assert time.process_time() - start < 20  # quadratic get_text per match took minutes
+
+
+def test_a_raw_digest_is_the_bodys_sha256_whether_or_not_it_was_just_hashed():
+    import hashlib
+    import threading
+
+    from engine.content import raw_digest
+
+    def sha(data):
+        return hashlib.sha256(data).hexdigest()
+
+    page = b"<p>price 90</p>" * 1000
+    assert raw_digest(page) == raw_digest(page) == sha(page)  # the shared body handed to the next monitor
+    other = b"<p>price 91</p>" * 1000
+    assert raw_digest(other) == sha(other)  # another body, never the remembered digest
+    assert raw_digest(bytes(page)) == sha(page)  # an equal copy hashes to the same
+    editable = bytearray(page)
+    assert raw_digest(editable) == sha(page)
+    editable[4] = ord("X")
+    assert raw_digest(editable) == sha(bytes(editable))  # a mutable buffer is hashed every time
+    seen = {}
+
+    def in_thread(name, body):
+        seen[name] = raw_digest(body)
+
+    threads = [threading.Thread(target=in_thread, args=(n, body)) for n, body in (("a", page), ("b", other))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert seen == {"a": sha(page), "b": sha(other)}
+    assert raw_digest(b"") == sha(b"")

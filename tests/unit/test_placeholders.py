@@ -143,10 +143,14 @@ def test_read_with_no_values_given_fills_with_the_current_time():
     assert "{{" not in url and url.startswith("https://x.example.com/?d=20") and url.count("%2F") == 2
 
 
-def test_fill_placeholders_fills_every_string_field_and_encodes_only_the_url():
-    spec = SourceSpec(type="file", path="/data/{{last_checked_date}}.txt", selector="{{now}}")
-    filled = fill_placeholders(spec, values(NOW, CHECKED))
-    assert filled == replace(spec, path="/data/2024/05/01.txt", selector="2024-05-06T07:08:09Z")
+def test_fill_placeholders_fills_the_url_path_and_command_and_encodes_only_the_url():
+    spec = SourceSpec(type="file", path="/data/{{last_checked_date}}.txt")
+    assert fill_placeholders(spec, values(NOW, CHECKED)) == replace(spec, path="/data/2024/05/01.txt")
+    spec = SourceSpec(type="json", url="https://x.example.com/?d={{last_checked_date}}")
+    assert fill_placeholders(spec, values(NOW, CHECKED)).url == "https://x.example.com/?d=2024%2F05%2F01"
+    # the other fields are never filled (parse_source refuses a placeholder there, as tested above)
+    spec = SourceSpec(type="page", url="https://x.example.com/", selector="{{now}}")
+    assert fill_placeholders(spec, values(NOW, CHECKED)) is spec
 
 
 def test_read_fills_the_file_path(tmp_path):

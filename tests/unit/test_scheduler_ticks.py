@@ -12,3 +12,18 @@ from tasks.scheduler import ALIGN_SLACK_SECONDS, wait_for_boundary
 def test_the_next_tick_is_just_after_the_next_boundary(now, tick, wait):
     assert wait_for_boundary(tick, now) == pytest.approx(wait + ALIGN_SLACK_SECONDS, abs=1e-9)
     assert (now + wait_for_boundary(tick, now)) % tick == pytest.approx(ALIGN_SLACK_SECONDS, abs=1e-6)
+
+
+@pytest.mark.parametrize("claimed, sizes", [
+    (0, []), (1, [1]), (20, [20]), (45, [20, 20, 5]),
+    (160, [20] * 8),  # up to 8 messages of 20, so a small tick still spreads over two workers' threads
+    (200, [25] * 8),  # then the messages grow, not their number
+    (500, [50] * 10), (1001, [50] * 20 + [1]),  # a busy tick: at most 50 a message (each costs ~1 ms of its own)
+])
+def test_a_ticks_claims_go_out_in_messages_of_20_to_50(claimed, sizes):
+    from tasks.checks import batches
+
+    claims = [(f"m{i}", i) for i in range(claimed)]
+    cut = batches(claims)
+    assert [len(batch) for batch in cut] == sizes
+    assert [claim for batch in cut for claim in batch] == claims  # every claim once, in claim (url) order
