@@ -65,7 +65,8 @@ def run_check(io: SourceIO | Fetcher, source: SourceSpec, check: CheckSpec, prio
         return Outcome(QUIET, raw_hash=prior.raw_hash, content_hash=prior.content_hash or "",
                        validators=validators, not_modified=True)
     outcome = check_body(source, check, prior, fetched.body, max_text_bytes, now)
-    return outcome if fetched.validators is None else replace(outcome, validators=fetched.validators)
+    # no validators (None, or an answer that carried none) is kept as None: dataclasses.replace costs a few µs
+    return replace(outcome, validators=fetched.validators) if fetched.validators else outcome
 
 
 def _asking_with(check: CheckSpec, prior: Prior) -> Validators | None:

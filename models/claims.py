@@ -121,17 +121,19 @@ _CLAIMED_SQL = (
 
 
 def load_claimed(claims: list[tuple[str, int]]) -> list[Claimed]:
-    """The claimed monitors whose claims are still current and active, in one query."""
+    """The claimed monitors whose claims are still current and active, in one query, in the order of `claims`
+    (the scheduler's, by url: monitors of one url are checked one after another, so they share its fetch and the
+    digest of its body)."""
     wanted = dict(claims)
     if not wanted:
         return []
     sql = _CLAIMED_SQL.format(ids=", ".join([database.param] * len(wanted)))
-    found = []
+    found = {}
     for row in database.execute_sql(sql, list(wanted)).fetchall():
         if row[1] == wanted[row[0]]:
             times = [as_time(value) for value in (row[13], row[15], row[16], row[17])]
-            found.append(Claimed(*row[:13], times[0], max(row[14], 0), *times[1:], *row[18:21]))
-    return found
+            found[row[0]] = Claimed(*row[:13], times[0], max(row[14], 0), *times[1:], *row[18:21])
+    return [found[monitor_id] for monitor_id in wanted if monitor_id in found]
 
 
 def as_time(value) -> datetime | None:

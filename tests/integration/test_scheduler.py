@@ -101,3 +101,19 @@ def test_claims_that_could_not_be_queued_are_due_again_and_not_counted(owner, se
     drain()
     with db():
         assert [row.check_count for row in Monitor.select().where(Monitor.id.in_(ids))] == [1, 1, 1]
+
+
+def test_a_batch_is_checked_in_the_order_it_was_claimed_and_a_stale_claim_is_left_out(owner):
+    """The claim sorts monitors by url; the worker's read keeps that order, so monitors of one url are checked one
+    after another (they share its fetch and its body's digest), whatever order the database hands rows back in."""
+    from models.claims import load_claimed
+
+    ids = seed_monitors(owner[0], 30)
+    with db():
+        claimed = claim_due(utcnow(), 30)
+        order = list(reversed(claimed))  # an order the database would not pick by itself
+        stale = order[3]
+        Monitor.update(claim_seq=Monitor.claim_seq + 1).where(Monitor.id == stale[0]).execute()
+        loaded = load_claimed(order)
+    assert sorted(monitor_id for monitor_id, _ in claimed) == sorted(ids)
+    assert [monitor.id for monitor in loaded] == [monitor_id for monitor_id, _ in order if monitor_id != stale[0]]
