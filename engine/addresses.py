@@ -3,6 +3,7 @@ against the SSRF rules (private, loopback unless allowed, link-local, metadata, 
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 import socket
@@ -25,6 +26,17 @@ def check_url(url: str) -> str:
     """Validate `url` syntactically (no DNS) and return it unchanged, or raise BlockedURL."""
     if not isinstance(url, str) or not url:
         raise BlockedURL("The url is empty; give a full address such as https://example.com/.")
+    return _checked(url) if len(url) <= _REMEMBERED_URL_CHARS else _checked.__wrapped__(url)
+
+
+#: the longest url whose check is remembered (the cache holds at most 4,096 of them)
+_REMEMBERED_URL_CHARS = 2048
+
+
+@functools.lru_cache(maxsize=4096)
+def _checked(url: str) -> str:
+    """check_url's syntax checks: they depend on the text alone, so a url checked before (every GET of a watched
+    page checks its url again, ~45 µs) is not walked again; one refused raises each time (errors are not cached)."""
     if "\\" in url or any(c.isspace() or not c.isprintable() for c in url):
         raise BlockedURL("The url must not contain spaces, control characters or backslashes; "
                          "percent-encode them (a space is %20) and use forward slashes.")

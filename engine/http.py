@@ -16,7 +16,7 @@ import ssl
 import string
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from urllib.parse import quote, urljoin, urlsplit, urlunparse
 
 import certifi
@@ -300,10 +300,8 @@ class Fetcher:
             try:
                 target = _redirect_target(resp)
                 if target is None:
-                    response = self._finish(resp, deadline, strict, asked=bool(conditional) and not left)
-                    if conditional is None or left:
-                        return response
-                    return replace(response, validators=Validators.of(response.headers))
+                    return self._finish(resp, deadline, strict, asked=bool(conditional) and not left,
+                                        keep_validators=conditional is not None and not left)
                 with contextlib.suppress(FetchError):  # read a small body: the connection is reused
                     _read_body(resp, deadline, _CHUNK)
             finally:
@@ -336,13 +334,14 @@ class Fetcher:
         return resp
 
     def _finish(self, resp: BaseHTTPResponse, deadline: _Deadline, strict: bool = True,
-                asked: bool = False) -> Response:
+                asked: bool = False, keep_validators: bool = False) -> Response:
+        """The Response; `keep_validators`: with the answer's validators (get() on the origin asked)."""
         if strict:
             _check_status(resp, asked)
         body, truncated = _read_body(resp, deadline, self.policy.max_bytes)
         headers = {name.lower(): value for name, value in resp.headers.itermerged()}
-        return Response(url=resp.url, status=resp.status, headers=headers,
-                        body=body, truncated=truncated)
+        return Response(url=resp.url, status=resp.status, headers=headers, body=body, truncated=truncated,
+                        validators=Validators.of(headers) if keep_validators else None)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -120,3 +120,15 @@ def test_resolve_allowed_dns_failure_is_unreachable(monkeypatch):
         resolve_allowed("nope.invalid", 80, allow_loopback=False)
     assert info.value.unreachable is True
     assert not isinstance(info.value, BlockedURL)
+
+
+def test_a_url_is_checked_the_same_whether_or_not_it_was_checked_before():
+    good = "https://example.com/page?x=1"
+    assert check_url(good) == check_url(good) == good
+    for _ in range(2):  # a refusal is not remembered as an answer: it is refused again, with its reason
+        with pytest.raises(BlockedURL, match="user name or password"):
+            check_url("https://user:pw@example.com/")
+    long_path = "https://example.com/" + "a" * 5000  # past the cached length: checked all the same
+    assert check_url(long_path) == long_path
+    with pytest.raises(BlockedURL, match="spaces"):
+        check_url(long_path + " b")
