@@ -278,14 +278,22 @@ def _document_fired(source, check, outcome: Outcome, body: bytes, version: int) 
 def queue_claims(claims: list[tuple[str, int]], now) -> None:
     """Queue checks for monitors claimed outside the scheduler (a document's write, a new document watch). With
     the queue down they are released, so the scheduler claims them on its next tick instead."""
+    try:
+        send_claims(claims, now)
+    except UNAVAILABLE as exc:
+        log.warning("could not queue %d document checks, the scheduler takes them: %s", len(claims), exc)
+
+
+def send_claims(claims: list[tuple[str, int]], now) -> None:
+    """Queue a check for each claim, in batches(). With the queue down, the claims not queued are released (due
+    again at once, not skipped an interval) and UNAVAILABLE is raised."""
     sent = 0
     for batch in batches(claims):
         try:
             check_monitors.send([list(claim) for claim in batch])
-        except UNAVAILABLE as exc:
-            log.warning("could not queue %d document checks, the scheduler takes them: %s", len(claims) - sent, exc)
+        except UNAVAILABLE:
             release(claims[sent:], now)
-            return
+            raise
         sent += len(batch)
 
 

@@ -12,7 +12,7 @@ import time
 from datetime import datetime, timedelta
 
 from models import connection, utcnow
-from models.claims import claim_due, release
+from models.claims import claim_due
 from models.coalesce import flush_due
 from engine.pipeline import ERROR, Outcome
 from models.commands import expire_runs, unchecked_results
@@ -25,7 +25,7 @@ from models.tables import ACTIVE
 from models.triggers import unprocessed
 from models.wake_endpoints import prune_attempts
 from tasks.broker import UNAVAILABLE
-from tasks.checks import batches, check_monitors
+from tasks.checks import send_claims
 from tasks.deliveries import process_delivery
 from tasks.commands import check_command_result
 from tasks.events import publish_coalesced, publish_device, publish_monitor
@@ -49,14 +49,7 @@ def tick(now: datetime, batch_size: int) -> int:
     devices_tick(now)
     _sweep_pushes(now)
     claimed = claim_due(now, batch_size)
-    sent = 0
-    for batch in batches(claimed):
-        try:
-            check_monitors.send([list(claim) for claim in batch])
-        except UNAVAILABLE:  # the queue is down: what was not queued is due again, not skipped an interval
-            release(claimed[sent:], now)
-            raise
-        sent += len(batch)
+    send_claims(claimed, now)  # the queue down: what was not queued is released, and the tick fails
     _tell_missed(now)
     return len(claimed)
 
