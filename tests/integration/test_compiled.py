@@ -196,3 +196,34 @@ def test_a_fire_whose_wake_was_written_already_or_is_held_still_records_its_chec
     assert runs == [("held", "fired"), ("repeat", "fired")]
     assert after["repeat"].fire_count == after["held"].fire_count == 1
     assert after["held"].events_written == after["repeat"].events_written == 1
+
+
+def test_a_missed_window_wakes_once_and_its_copy_matches_the_row_then_it_is_back(either_database):
+    """The miss's statements are built once (models/expect.py); the monitor each pass hands on for its event is
+    the copy it read with the write applied, not read back, so it must match the row field for field."""
+    from models.expect import arrived, miss_due
+
+    now = utcnow()
+    with db():
+        monitor = a_monitor("chat-a", "nightly export")
+        due = now - timedelta(minutes=5)
+        Monitor.update(source={"type": "webhook", "expect": {"every": "1h", "grace": "10m"}}, max_wakes=5,
+                       expect_due_at=due).where(Monitor.id == monitor.id).execute()
+        [(told, message)] = miss_due(now)
+        again = miss_due(now)  # the same deadline: claimed already, nothing more
+        row = load_for_check(monitor.id)
+        [wake] = Wake.select()
+    assert message is not None and again == [] and wake.dedupe_key.startswith("expect:missed:")
+    assert row.wakes_used == 1 and row.fire_count == 1 and row.expect_missed_count >= 1
+    assert row.expect_due_at > now and row.expect_missed_since is not None
+    assert {k: v for k, v in told.__data__.items() if k != "updated_at"} == \
+        {k: v for k, v in row.__data__.items() if k != "updated_at"}
+    assert event_payload(told) == event_payload(row)
+    later = now + timedelta(minutes=1)
+    with db():
+        arrived(load_for_check(monitor.id), later)  # a delivery: its deadline moves on, and it is back
+        [(back, notice)] = miss_due(later)
+        row = load_for_check(monitor.id)
+    assert notice is not None and "back" in notice.content.lower()
+    assert back.expect_back_at is None and back.expect_missed_since is None and back.expect_missed_count == 0
+    assert (row.expect_back_at, row.expect_missed_since, row.expect_missed_count) == (None, None, 0)
