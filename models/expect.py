@@ -18,13 +18,14 @@ from peewee import SQL, Case, fn
 from engine.expect import (
     Expect, Missed, back_text, deadline, local_time, missed, missed_text, parse_expect, terms,
 )
-from models.compiled import Compiled
+from models.compiled import Compiled, run_prepared
 from models.db import database, iso
 from models.events import record_event
 from models.results import (
-    Lifecycle, Recorded, daily_cap_reason, end_in_error, fire_caps, pause_and_tell, write_wake,
+    Lifecycle, Recorded, caps_columns, caps_params, caps_reached, daily_cap_reason, end_in_error, pause_and_tell,
+    write_wake,
 )
-from models.tables import ACTIVE, DONE, Conversation, Delivery, Monitor, TriggerLink
+from models.tables import ACTIVE, DONE, Conversation, Monitor
 
 #: monitors claimed at most per tick, for each of the two passes
 LIMIT = 500
@@ -109,12 +110,12 @@ def _announce_back(monitor: Monitor):
 def _miss(monitor: Monitor, now: datetime, life: Lifecycle) -> Recorded:
     """One missed window (or several, when the tick ran late): a wake that counts like a fire, within the
     monitor's max_wakes, the hourly cap (past it, a pause) and the conversation's daily cap (an end in error)."""
-    if _waiting(monitor.id, monitor.expect_due_at):
-        return Recorded(False)  # a delivery came in time and is still on its way through the queue
-    expect = parse_expect(monitor.source["expect"])
-    miss = missed(expect, monitor.expect_due_at, now)
     with database.atomic():
-        over_day, over_hour = fire_caps(monitor, now, life)
+        over_day, over_hour, waiting = _caps_and_waiting(monitor, now, life)
+        if waiting:
+            return Recorded(False)  # a delivery came in time and is still on its way through the queue
+        expect = parse_expect(monitor.source["expect"])
+        miss = missed(expect, monitor.expect_due_at, now)
         if over_day:
             return end_in_error(monitor, monitor.claim_seq, daily_cap_reason(life, _finding(expect, miss)), now)
         if over_hour:
@@ -141,9 +142,6 @@ _CLAIM_WINDOW = Compiled(lambda next_due, expected, windows, status, now, monito
     Monitor.claim_seq: Monitor.claim_seq + _ONE, Monitor.status: status, Monitor.updated_at: now,
 }).where((Monitor.id == monitor_id) & (Monitor.status == SQL(f"'{ACTIVE}'")) & (Monitor.claim_seq == claim_seq)
          & (Monitor.expect_due_at == due)))
-#: one aggregate row whatever the backlog (a LIMIT would be one more parameter than a compiled query takes)
-_WAITING = Compiled(lambda monitor_id, due: Delivery.select(fn.MIN(Delivery.id)).join(TriggerLink).where(
-    (TriggerLink.monitor == monitor_id) & Delivery.processed_at.is_null() & (Delivery.received_at <= due)))
 _CLEAR_BACK = Compiled(lambda monitor_id, back_at: Monitor.update({
     Monitor.expect_back_at: SQL("NULL"), Monitor.expect_missed_since: SQL("NULL"),
     Monitor.expect_missed_count: SQL("0"),
@@ -167,9 +165,18 @@ def _claim_window(monitor: Monitor, miss: Missed, last: bool, now: datetime) -> 
     return True
 
 
-def _waiting(monitor_id: str, due: datetime) -> bool:
-    """Whether a delivery received by the deadline has not been processed yet."""
-    return _WAITING.scalar(monitor_id, due) is not None
+#: whether a delivery received by the deadline is still unprocessed, beside fire_caps' two counts
+_WAITING = ("EXISTS (SELECT 1 FROM deliveries d JOIN trigger_links l ON l.id = d.link_id WHERE l.monitor_id = {p} "
+            "AND d.processed_at IS NULL AND d.received_at <= {p})")
+
+
+def _caps_and_waiting(monitor: Monitor, now: datetime, life: Lifecycle) -> tuple[bool, bool, bool]:
+    """fire_caps' answer (over the daily cap, over the hourly one), and whether a delivery received by the
+    deadline has not been processed yet: one statement, one round trip."""
+    sql = f"SELECT {caps_columns()}, {_WAITING.format(p=database.param)}"
+    day, hour, waiting = run_prepared("vigil_miss_caps", sql, (*caps_params(monitor, now, life), monitor.id,
+                                                               monitor.expect_due_at)).fetchone()
+    return (*caps_reached(day, hour, life), bool(waiting))
 
 
 def _finding(expect: Expect, miss: Missed) -> str:

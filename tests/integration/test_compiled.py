@@ -202,6 +202,7 @@ def test_a_missed_window_wakes_once_and_its_copy_matches_the_row_then_it_is_back
     """The miss's statements are built once (models/expect.py); the monitor each pass hands on for its event is
     the copy it read with the write applied, not read back, so it must match the row field for field."""
     from models.expect import arrived, miss_due
+    from models.tables import Delivery, TriggerLink
 
     now = utcnow()
     with db():
@@ -209,11 +210,16 @@ def test_a_missed_window_wakes_once_and_its_copy_matches_the_row_then_it_is_back
         due = now - timedelta(minutes=5)
         Monitor.update(source={"type": "webhook", "expect": {"every": "1h", "grace": "10m"}}, max_wakes=5,
                        expect_due_at=due).where(Monitor.id == monitor.id).execute()
+        link = TriggerLink.create(monitor=monitor, token_digest="d" * 64, token_encrypted="x", signature="none",
+                                  max_hits=10, expires_at=now + timedelta(days=1))
+        in_flight = Delivery.create(link=link, dedupe_key="k1", body="{}", received_at=due - timedelta(seconds=1))
+        waited = miss_due(now)  # a delivery that came in time is still in the queue: not a miss
+        Delivery.update(processed_at=now).where(Delivery.id == in_flight.id).execute()
         [(told, message)] = miss_due(now)
         again = miss_due(now)  # the same deadline: claimed already, nothing more
         row = load_for_check(monitor.id)
         [wake] = Wake.select()
-    assert message is not None and again == [] and wake.dedupe_key.startswith("expect:missed:")
+    assert waited == [] and message is not None and again == [] and wake.dedupe_key.startswith("expect:missed:")
     assert row.wakes_used == 1 and row.fire_count == 1 and row.expect_missed_count >= 1
     assert row.expect_due_at > now and row.expect_missed_since is not None
     assert {k: v for k, v in told.__data__.items() if k != "updated_at"} == \
