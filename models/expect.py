@@ -22,8 +22,8 @@ from models.compiled import Compiled, run_prepared
 from models.db import database, iso
 from models.events import record_event
 from models.results import (
-    Lifecycle, Recorded, caps_columns, caps_params, caps_reached, daily_cap_reason, end_in_error, pause_and_tell,
-    write_wake,
+    ONE_MORE, Lifecycle, Recorded, caps_columns, caps_params, caps_reached, daily_cap_reason, end_in_error,
+    pause_and_tell, store_fire, write_wake,
 )
 from models.tables import ACTIVE, DONE, Conversation, Monitor
 
@@ -124,46 +124,31 @@ def _miss(monitor: Monitor, now: datetime, life: Lifecycle) -> Recorded:
                       f"the latest finding was: {_finding(expect, miss)}")
             return pause_and_tell(monitor, monitor.claim_seq, reason, now)
         last = monitor.wakes_used + 1 >= monitor.max_wakes
-        if not _claim_window(monitor, miss, last, now):
-            return Recorded(False)
         text = missed_text(monitor.description, expect, miss, now, last=last)
-        record_event(monitor, "missed", _finding(expect, miss), now, {"reason": text})
         extra = {"expected_at": iso(miss.expected), "missed_windows": miss.windows,
                  "next_expected_by": iso(miss.next_due)}
-        return Recorded(True, write_wake(monitor, "trigger_missed", f"expect:missed:{iso(miss.expected)}", text,
-                                         extra))
+        return store_fire(monitor, monitor.claim_seq, _window_fields(monitor, miss, last, now),
+                          ("missed", _finding(expect, miss), now, {"reason": text}), "trigger_missed",
+                          f"expect:missed:{iso(miss.expected)}", text, extra,
+                          guard={Monitor.expect_due_at: monitor.expect_due_at})
 
 
-_ONE = SQL("1")  # a literal: a compiled query's only values are its parameters
-# the statements of a miss, built once (peewee built each anew: about a third of the scheduler's CPU in a burst)
-_CLAIM_WINDOW = Compiled(lambda next_due, expected, windows, status, now, monitor_id, claim_seq, due: Monitor.update({
-    Monitor.expect_due_at: next_due, Monitor.expect_missed_since: fn.COALESCE(Monitor.expect_missed_since, expected),
-    Monitor.expect_missed_count: Monitor.expect_missed_count + windows,
-    Monitor.wakes_used: Monitor.wakes_used + _ONE, Monitor.fire_count: Monitor.fire_count + _ONE,
-    Monitor.claim_seq: Monitor.claim_seq + _ONE, Monitor.status: status, Monitor.updated_at: now,
-}).where((Monitor.id == monitor_id) & (Monitor.status == SQL(f"'{ACTIVE}'")) & (Monitor.claim_seq == claim_seq)
-         & (Monitor.expect_due_at == due)))
+# built once (peewee built it anew on every call)
 _CLEAR_BACK = Compiled(lambda monitor_id, back_at: Monitor.update({
     Monitor.expect_back_at: SQL("NULL"), Monitor.expect_missed_since: SQL("NULL"),
     Monitor.expect_missed_count: SQL("0"),
 }).where((Monitor.id == monitor_id) & (Monitor.expect_back_at == back_at)))
 
 
-def _claim_window(monitor: Monitor, miss: Missed, last: bool, now: datetime) -> bool:
-    """Compare-and-set on the deadline and the claim: only one scheduler moves this deadline on. Once written,
-    the caller's copy gets the same changes."""
-    status = DONE if last else ACTIVE
-    if _CLAIM_WINDOW.rowcount(miss.next_due, miss.expected, miss.windows, status, now, monitor.id, monitor.claim_seq,
-                              monitor.expect_due_at) != 1:
-        return False
-    monitor.expect_due_at = miss.next_due
-    monitor.expect_missed_since = monitor.expect_missed_since or miss.expected
-    monitor.expect_missed_count += miss.windows
-    monitor.wakes_used += 1
-    monitor.fire_count += 1
-    monitor.claim_seq += 1
-    monitor.status, monitor.updated_at = status, now
-    return True
+def _window_fields(monitor: Monitor, miss: Missed, last: bool, now: datetime) -> dict:
+    """What a missed window writes, under the compare-and-set on the claim and the deadline (store_fire's guard),
+    so only one scheduler moves this deadline on; the row is the caller's copy while it holds, so the values
+    are worked out from the copy."""
+    return {Monitor.expect_due_at: miss.next_due,
+            Monitor.expect_missed_since: monitor.expect_missed_since or miss.expected,
+            Monitor.expect_missed_count: monitor.expect_missed_count + miss.windows,
+            Monitor.wakes_used: ONE_MORE, Monitor.fire_count: ONE_MORE, Monitor.status: DONE if last else ACTIVE,
+            Monitor.updated_at: now}
 
 
 #: whether a delivery received by the deadline is still unprocessed, beside fire_caps' two counts

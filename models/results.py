@@ -127,20 +127,21 @@ def _record_change(monitor: Monitor, claim_seq: int, outcome: Outcome, now: date
     text = wake_text(monitor.description, verdict.found, monitor.on_match, last=last, unchecked=unchecked)
     extra = {"found": verdict.found, "checked_against_condition": bool(monitor.condition) and not unchecked,
              **wake_extra}
-    return _store_fire(monitor, claim_seq, fields, event, source, key, text, extra)
+    return store_fire(monitor, claim_seq, fields, event, source, key, text, extra)
 
 
-def _store_fire(monitor: Monitor, claim_seq: int, fields: dict, event: tuple, source: str, key: str, text: str,
-                extra: dict) -> Recorded:
+def store_fire(monitor: Monitor, claim_seq: int, fields: dict, event: tuple, source: str, key: str, text: str,
+               extra: dict, guard: dict | None = None) -> Recorded:
     """The claimed update, its event and the fire's wake: one statement on PostgreSQL (_claimed_fire), the update
-    and then write_wake on SQLite."""
+    and then write_wake on SQLite. `guard`: more columns the row must still hold ({field: value}) for the claim
+    to hold (a missed window's deadline, models/expect)."""
     if not isinstance(database.obj, PostgresqlDatabase):
-        if not _claimed_update(monitor, claim_seq, fields, event=event):
+        if not _claimed_update(monitor, claim_seq, fields, event=event, guard=guard):
             return Recorded(False)
         return Recorded(True, write_wake(monitor, source, key, text, extra))
     at = utcnow()
     text, metadata = _composed(monitor, source, key, text, extra)
-    written = _claimed_fire(monitor, claim_seq, fields, event, (key, text, metadata, at))
+    written = _claimed_fire(monitor, claim_seq, fields, event, (key, text, metadata, at), guard)
     if written is None:
         return Recorded(False)
     return Recorded(True, _settled(monitor, written, text, metadata, at))
@@ -320,7 +321,8 @@ def _store_run(monitor: Monitor, claim_seq: int, fields: dict, kind: str, detail
     return Recorded(_claimed_update(monitor, claim_seq, fields, event=(kind, detail, now, data or {"reason": detail})))
 
 
-def _claimed_update(monitor, claim_seq: int, fields: dict, bump: bool = True, event: tuple | None = None) -> bool:
+def _claimed_update(monitor, claim_seq: int, fields: dict, bump: bool = True, event: tuple | None = None,
+                    guard: dict | None = None) -> bool:
     """Write only while the claim holds; bumping the claim number makes any duplicate of it stale. Whether
     it was written; if so, the caller's copy (a Monitor, or a quiet check's Claimed) gets the same changes, so
     its events are built without reading the row back. `event`: record_event's arguments after the monitor,
@@ -332,8 +334,8 @@ def _claimed_update(monitor, claim_seq: int, fields: dict, bump: bool = True, ev
     if bump:
         fields = {**fields, Monitor.claim_seq: ONE_MORE}
     together = event is not None and isinstance(database.obj, PostgresqlDatabase)
-    params = _claimed_params(monitor, claim_seq, fields, event if together else None)
-    cursor = run_prepared(*_statement(fields, "event" if together else ""), params)
+    params = _claimed_params(monitor, claim_seq, fields, event if together else None, guard)
+    cursor = run_prepared(*_statement(fields, "event" if together else "", guard), params)
     if (cursor.fetchone()[0] if together else cursor.rowcount) != 1:
         return False
     _applied(monitor, fields)
@@ -344,14 +346,15 @@ def _claimed_update(monitor, claim_seq: int, fields: dict, bump: bool = True, ev
     return True
 
 
-def _claimed_fire(monitor: Monitor, claim_seq: int, fields: dict, event: tuple, wake: tuple) -> Written | None:
+def _claimed_fire(monitor: Monitor, claim_seq: int, fields: dict, event: tuple, wake: tuple,
+                  guard: dict | None = None) -> Written | None:
     """PostgreSQL: _claimed_update with its event and, only if the claim held, the fire's wake (`wake`: its dedupe
     key, text, metadata and time), in one statement: a fire was two round trips. None when the claim was lost."""
     key, text, metadata, at = wake
     fields = {**fields, Monitor.claim_seq: ONE_MORE}
-    params = (*_claimed_params(monitor, claim_seq, fields, event),
+    params = (*_claimed_params(monitor, claim_seq, fields, event, guard),
               *wake_params(monitor.id, monitor.conversation_id, monitor.user_id, key, text, metadata, at))
-    updated, *row = run_prepared(*_statement(fields, "wake"), params).fetchone()
+    updated, *row = run_prepared(*_statement(fields, "wake", guard), params).fetchone()
     if updated != 1:
         return None
     _applied(monitor, fields)
@@ -359,9 +362,10 @@ def _claimed_fire(monitor: Monitor, claim_seq: int, fields: dict, event: tuple, 
     return written_of(row, monitor.conversation_id, text, metadata, at)
 
 
-def _claimed_params(monitor, claim_seq: int, fields: dict, event: tuple | None) -> tuple:
+def _claimed_params(monitor, claim_seq: int, fields: dict, event: tuple | None, guard: dict | None = None) -> tuple:
     values = [field.db_value(value) for field, value in fields.items() if value is not ONE_MORE]
-    return (*values, monitor.id, claim_seq, ACTIVE, *(event_params(monitor, *event) if event else ()))
+    guarded = [field.db_value(value) for field, value in (guard or {}).items()]
+    return (*values, monitor.id, claim_seq, ACTIVE, *guarded, *(event_params(monitor, *event) if event else ()))
 
 
 def _applied(monitor, fields: dict) -> None:
@@ -370,18 +374,20 @@ def _applied(monitor, fields: dict) -> None:
         setattr(monitor, field.name, getattr(monitor, field.name) + 1 if value is ONE_MORE else value)
 
 
-def _statement(fields: dict, after: str) -> tuple[str, str]:
+def _statement(fields: dict, after: str, guard: dict | None = None) -> tuple[str, str]:
     """The prepared name and text of the claimed update of these fields; `after`: "" the update alone, "event" with
-    its event, "wake" with its event and the fire's wake (the last two PostgreSQL's)."""
+    its event, "wake" with its event and the fire's wake (the last two PostgreSQL's); `guard`'s columns are
+    compared too."""
     columns = tuple((field.column_name, value is ONE_MORE) for field, value in fields.items())
-    shape = (type(database.obj), after, columns)
-    return _UPDATES.get(shape) or _UPDATES.setdefault(shape, _update_sql(columns, after))
+    guards = tuple(field.column_name for field in guard or ())
+    shape = (type(database.obj), after, columns, guards)
+    return _UPDATES.get(shape) or _UPDATES.setdefault(shape, _update_sql(columns, after, guards))
 
 
 _UPDATES: dict[tuple, tuple[str, str]] = {}
 
 
-def _update_sql(columns: tuple[tuple[str, bool], ...], after: str) -> tuple[str, str]:
+def _update_sql(columns: tuple[tuple[str, bool], ...], after: str, guards: tuple[str, ...] = ()) -> tuple[str, str]:
     """The UPDATE of this shape (with its event: models/events.with_event; and its wake: models/coalesce.wake_ctes),
     and the name PostgreSQL prepares it under (the same in every process)."""
     p = database.param
@@ -389,6 +395,7 @@ def _update_sql(columns: tuple[tuple[str, bool], ...], after: str) -> tuple[str,
     if after:
         sets = f"{sets}, {COUNTS_ITS_EVENT}"
     sql = f'UPDATE "monitors" SET {sets} WHERE "id" = {p} AND "claim_seq" = {p} AND "status" = {p}'
+    sql += "".join(f' AND "{name}" = {p}' for name in guards)
     if after == "event":
         sql = with_event(sql)
     elif after == "wake":

@@ -233,3 +233,26 @@ def test_a_missed_window_wakes_once_and_its_copy_matches_the_row_then_it_is_back
     assert notice is not None and "back" in notice.content.lower()
     assert back.expect_back_at is None and back.expect_missed_since is None and back.expect_missed_count == 0
     assert (row.expect_back_at, row.expect_missed_since, row.expect_missed_count) == (None, None, 0)
+
+
+def test_a_miss_is_not_written_when_the_deadline_moved_after_it_was_read(either_database):
+    """The claim's guard: a delivery processed between the scheduler's read and its write moved the deadline on,
+    so the stale copy writes nothing (no wake, no event, the row as the delivery left it)."""
+    from models.expect import _due, _miss
+    from models.results import Lifecycle
+    from models.tables import MonitorRun
+
+    now = utcnow()
+    with db():
+        monitor = a_monitor("chat-a", "hourly export")
+        Monitor.update(source={"type": "webhook", "expect": {"every": "1h", "grace": "10m"}}, max_wakes=5,
+                       expect_due_at=now - timedelta(minutes=5)).where(Monitor.id == monitor.id).execute()
+        [stale] = _due(now, 10)
+        moved = now + timedelta(minutes=70)
+        Monitor.update(expect_due_at=moved).where(Monitor.id == monitor.id).execute()  # a delivery came meanwhile
+        recorded = _miss(stale, now, Lifecycle())
+        row = load_for_check(monitor.id)
+        events = MonitorRun.select().count()
+        wakes = Wake.select().count()
+    assert not recorded.written and wakes == 0 and events == 0
+    assert row.expect_due_at == moved and row.wakes_used == 0 and row.claim_seq == stale.claim_seq
