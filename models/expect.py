@@ -111,26 +111,27 @@ def _announce_back(monitor: Monitor):
 def _miss(monitor: Monitor, now: datetime, life: Lifecycle) -> Recorded:
     """One missed window (or several, when the tick ran late): a wake that counts like a fire, within the
     monitor's max_wakes, the hourly cap (past it, a pause) and the conversation's daily cap (an end in error)."""
-    with database.atomic():
-        over_day, over_hour, waiting = _caps_and_waiting(monitor, now, life)
-        if waiting:
-            return Recorded(False)  # a delivery came in time and is still on its way through the queue
-        expect = parse_expect(monitor.source["expect"])
-        miss = missed(expect, monitor.expect_due_at, now)
-        if over_day:
-            return end_in_error(monitor, monitor.claim_seq, daily_cap_reason(life, _finding(expect, miss)), now)
-        if over_hour:
+    over_day, over_hour, waiting = _caps_and_waiting(monitor, now, life)
+    if waiting:
+        return Recorded(False)  # a delivery came in time and is still on its way through the queue
+    expect = parse_expect(monitor.source["expect"])
+    miss = missed(expect, monitor.expect_due_at, now)
+    if over_day or over_hour:
+        with database.atomic():  # the pause or the end, its event and its notice together
+            if over_day:
+                return end_in_error(monitor, monitor.claim_seq, daily_cap_reason(life, _finding(expect, miss)), now)
             reason = (f"It would have woken you more than {life.max_wakes_per_hour} times in an hour; "
                       f"the latest finding was: {_finding(expect, miss)}")
             return pause_and_tell(monitor, monitor.claim_seq, reason, now)
-        last = monitor.wakes_used + 1 >= monitor.max_wakes
-        text = missed_text(monitor.description, expect, miss, now, last=last)
-        extra = {"expected_at": iso(miss.expected), "missed_windows": miss.windows,
-                 "next_expected_by": iso(miss.next_due)}
-        return store_fire(monitor, monitor.claim_seq, _window_fields(monitor, miss, last, now),
-                          ("missed", _finding(expect, miss), now, {"reason": text}), "trigger_missed",
-                          f"expect:missed:{iso(miss.expected)}", text, extra,
-                          guard={Monitor.expect_due_at: monitor.expect_due_at})
+    last = monitor.wakes_used + 1 >= monitor.max_wakes
+    text = missed_text(monitor.description, expect, miss, now, last=last)
+    extra = {"expected_at": iso(miss.expected), "missed_windows": miss.windows, "next_expected_by": iso(miss.next_due)}
+    # no transaction around the two round trips: the caps read holds no lock in one either, and the write is one
+    # statement on PostgreSQL (store_fire gives SQLite's two steps a transaction of their own)
+    return store_fire(monitor, monitor.claim_seq, _window_fields(monitor, miss, last, now),
+                      ("missed", _finding(expect, miss), now, {"reason": text}), "trigger_missed",
+                      f"expect:missed:{iso(miss.expected)}", text, extra,
+                      guard={Monitor.expect_due_at: monitor.expect_due_at})
 
 
 # built once (peewee built it anew on every call)

@@ -136,9 +136,10 @@ def store_fire(monitor: Monitor, claim_seq: int, fields: dict, event: tuple, sou
     and then write_wake on SQLite. `guard`: more columns the row must still hold ({field: value}) for the claim
     to hold (a missed window's deadline, models/expect)."""
     if not isinstance(database.obj, PostgresqlDatabase):
-        if not _claimed_update(monitor, claim_seq, fields, event=event, guard=guard):
-            return Recorded(False)
-        return Recorded(True, write_wake(monitor, source, key, text, extra))
+        with database.atomic():  # part of the caller's transaction when there is one
+            if not _claimed_update(monitor, claim_seq, fields, event=event, guard=guard):
+                return Recorded(False)
+            return Recorded(True, write_wake(monitor, source, key, text, extra))
     at = utcnow()
     text, metadata = _composed(monitor, source, key, text, extra)
     written = _claimed_fire(monitor, claim_seq, fields, event, (key, text, metadata, at), guard)
