@@ -10,6 +10,7 @@ are published like every other wake. Engine/expect.py holds the rules; this modu
 
 from __future__ import annotations
 
+import functools
 import time
 from datetime import datetime
 
@@ -160,10 +161,15 @@ _WAITING = ("EXISTS (SELECT 1 FROM deliveries d JOIN trigger_links l ON l.id = d
 def _caps_and_waiting(monitor: Monitor, now: datetime, life: Lifecycle) -> tuple[bool, bool, bool]:
     """fire_caps' answer (over the daily cap, over the hourly one), and whether a delivery received by the
     deadline has not been processed yet: one statement, one round trip."""
-    sql = f"SELECT {caps_columns()}, {_WAITING.format(p=database.param)}"
-    day, hour, waiting = run_prepared("vigil_miss_caps", sql, (*caps_params(monitor, now, life), monitor.id,
-                                                               monitor.expect_due_at)).fetchone()
+    day, hour, waiting = run_prepared("vigil_miss_caps", _caps_and_waiting_sql(database.param),
+                                      (*caps_params(monitor, now, life), monitor.id, monitor.expect_due_at)).fetchone()
     return (*caps_reached(day, hour, life), bool(waiting))
+
+
+@functools.cache
+def _caps_and_waiting_sql(param: str) -> str:
+    """Its text, once per kind of database (the placeholder is the only thing that differs)."""
+    return f"SELECT {caps_columns()}, {_WAITING.format(p=param)}"
 
 
 def _finding(expect: Expect, miss: Missed) -> str:

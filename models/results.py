@@ -136,7 +136,7 @@ def store_fire(monitor: Monitor, claim_seq: int, fields: dict, event: tuple, sou
     and then write_wake on SQLite. `guard`: more columns the row must still hold ({field: value}) for the claim
     to hold (a missed window's deadline, models/expect)."""
     if not isinstance(database.obj, PostgresqlDatabase):
-        with database.atomic():  # part of the caller's transaction when there is one
+        with database.atomic():  # the update and the wake together (a savepoint inside a caller's transaction)
             if not _claimed_update(monitor, claim_seq, fields, event=event, guard=guard):
                 return Recorded(False)
             return Recorded(True, write_wake(monitor, source, key, text, extra))
