@@ -91,7 +91,7 @@ def breakdown(stats: Stats, n: int) -> str:
                (http, "check_url", "    check_url"),
                (http._Deadline, "__init__", "    _Deadline.__init__"),
                (http._Deadline, "__enter__", "    _Deadline.__enter__ (arms the overall deadline)"),
-               (http.Fetcher, "_send", "    Fetcher._send (urlopen, headers only)"),
+               (http.Fetcher, "_send", "    Fetcher._send (request sent, status line and headers read)"),
                (http.Fetcher, "_finish", "    Fetcher._finish (read body, build Response)"),
                (http._Deadline, "__exit__", "    _Deadline.__exit__"),
                (pipeline, "raw_digest", "  raw_digest (sha256, remembered for a shared body)"),
