@@ -217,7 +217,9 @@ class _Connection:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._context is not None:
                 sock = self._context.wrap_socket(sock, server_hostname=host, do_handshake_on_connect=False)
-                deadline.attach(sock)  # a handshake that drips is shut down at the deadline too
+                # the ssl module gives the whole handshake one budget (the socket's timeout, what is left of the
+                # deadline); attached, the watchdog also shuts it down when the deadline runs out
+                deadline.attach(sock)
                 sock.do_handshake()
         except BaseException:
             sock.close()
@@ -262,9 +264,13 @@ class _Answer(http.client.HTTPResponse):
         if self.headers is not None:
             return
         version, status, reason = self._read_status()
-        while status == http.client.CONTINUE or 100 < status < 200:  # interim answers: skip to the real one
+        skipped = 0
+        while 100 <= status < 200:  # interim answers (100 Continue, 103 Early Hints): skip to the real one
+            if skipped == _MAX_INTERIM:
+                raise http.client.HTTPException(f"more than {_MAX_INTERIM} interim answers")
             _Headers.read(self.fp)
             version, status, reason = self._read_status()
+            skipped += 1
         self.code = self.status = status
         self.reason = reason.strip()
         if not version.startswith("HTTP/1."):
@@ -283,6 +289,10 @@ class _Answer(http.client.HTTPResponse):
             self.length = 0
         if not self.will_close and not self.chunked and self.length is None:
             self.will_close = True  # no length and not chunked: the body ends where the connection does
+
+
+#: interim (1xx) answers skipped before the real one; a server that sends more is not answering
+_MAX_INTERIM = 10
 
 
 class _Headers:

@@ -321,3 +321,45 @@ def test_fetcher_https_blocks_loopback_before_handshake(fetch, tls_server):
     httpd, _ = tls_server
     with pytest.raises(BlockedURL):
         fetch(FetchPolicy(timeout=5)).get(f"https://localhost:{httpd.server_address[1]}/page")
+
+
+def test_fetcher_https_handshake_that_drips_times_out_at_deadline(fetch):
+    """A server that sends its TLS record a byte at a time, never pausing as long as the fetch's timeout: the
+    handshake still ends at the deadline, not at the end of the record (~55 minutes)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip():
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)  # the ClientHello
+            record = b"\x16\x03\x03\x40\x00" + b"\x02" * 0x4000  # a handshake record, 16 KiB long
+            for byte in record:
+                if stop.is_set():
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+                time.sleep(0.2)
+
+    threading.Thread(target=drip, daemon=True).start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(FetchError) as info:
+            fetch(FetchPolicy(timeout=1, allow_loopback=True)).get(
+                f"https://localhost:{listener.getsockname()[1]}/page")
+    finally:
+        stop.set()
+        listener.close()
+    assert time.monotonic() - started < 3
+    assert "timed out" in info.value.message
+
+
+def test_fetcher_https_keep_alive_reuses_connection(fetch, tls_server):
+    httpd, cert = tls_server
+    fetcher = fetch(ca_certs=cert)
+    before = httpd.accepted
+    bodies = [fetcher.get(f"https://localhost:{httpd.server_address[1]}/page").body for _ in range(3)]
+    assert bodies == [b"hello vigil"] * 3
+    assert httpd.accepted - before == 1

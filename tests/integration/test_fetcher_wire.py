@@ -179,6 +179,14 @@ def test_interim_answers_are_skipped(scripted):
     assert "link" not in response.headers
 
 
+def test_endless_interim_answers_are_a_read_failure(scripted):
+    server, fetcher = scripted(b"HTTP/1.1 103 Early Hints\r\n\r\n" * 11 + ok())
+    with pytest.raises(FetchError, match="failed while reading the page"):
+        fetcher.get(server.url + "/")
+    server2, fetcher2 = scripted(b"HTTP/1.1 103 Early Hints\r\n\r\n" * 10 + ok(b"the page"))
+    assert fetcher2.get(server2.url + "/").body == b"the page"  # ten are still skipped
+
+
 def test_repeated_and_folded_headers_are_merged(scripted):
     server, fetcher = scripted(ok(b"x", "Vary: Accept", "vary: Cookie", "X-Long: first", "  second"))
     headers = fetcher.get(server.url + "/").headers
