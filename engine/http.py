@@ -523,12 +523,13 @@ class Fetcher:
             raise _timed_out(url, deadline)
         try:
             target = _target(url, self.policy.allow_loopback)
+            head = _request_head(method, target, headers, body)  # a header that cannot be sent touches no connection
         except ValueError as exc:
             raise _translate(exc, url, deadline) from exc
         conn = self._pool.take(target.origin)
         if conn is not None:
             try:
-                return self._request(conn, target, headers, deadline, method, body)
+                return self._request(conn, target, head, deadline, method, body)
             except (http.client.HTTPException, OSError, ValueError) as exc:
                 conn.close()
                 # the server may close an idle connection just as it is reused: a GET or HEAD it never answered
@@ -538,15 +539,14 @@ class Fetcher:
         conn = None
         try:
             conn = _Connection(target.origin, self._context if target.origin.tls else None)
-            return self._request(conn, target, headers, deadline, method, body)
+            return self._request(conn, target, head, deadline, method, body)
         except (http.client.HTTPException, OSError, ValueError) as exc:
             if conn is not None:
                 conn.close()
             raise _translate(exc, target.url, deadline) from exc
 
-    def _request(self, conn: _Connection, target: _Target, headers: dict[str, str], deadline: _Deadline,
+    def _request(self, conn: _Connection, target: _Target, head: bytes, deadline: _Deadline,
                  method: str, body: bytes | None) -> _Sent:
-        head = _request_head(method, target, headers, body)  # before connecting: a bad header connects to nothing
         if conn.sock is None:
             conn.connect(deadline)
         conn.sock.settimeout(max(deadline.left(), 0.001))

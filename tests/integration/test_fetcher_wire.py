@@ -135,6 +135,15 @@ def test_a_header_that_would_break_the_request_is_refused_without_its_value(scri
     assert server.requests == [] and server.connections == 0  # refused before connecting: nothing was sent
 
 
+def test_a_refused_header_leaves_the_kept_alive_connection_in_use(scripted):
+    server, fetcher = scripted(ok(b"one"), ok(b"two"))
+    assert fetcher.get(server.url + "/").body == b"one"
+    with pytest.raises(FetchError):
+        fetcher.call("GET", server.url + "/", {"X-Token": "a\r\nb"})
+    assert fetcher.get(server.url + "/").body == b"two"
+    assert (server.connections, len(server.requests)) == (1, 2)
+
+
 def test_a_kept_alive_connection_carries_the_next_request(scripted):
     server, fetcher = scripted(ok(b"one"), ok(b"two"), ok(b"three"))
     assert [fetcher.get(server.url + "/").body for _ in range(3)] == [b"one", b"two", b"three"]
