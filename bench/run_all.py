@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
 from bench.common import PYTHON, RESULTS, failed, hold_signals, prepare, publish, versions  # noqa: E402
 
 #: in the order they run: the cheap ones first, so a broken set-up shows early
-BENCHMARKS = ("judge_calls", "quiet_checks", "trigger_ingest", "wake_push", "wake_push_coalesce", "dry_run",
+BENCHMARKS = ("judge_calls", "fetch_cost", "quiet_checks", "trigger_ingest", "wake_push", "wake_push_coalesce", "dry_run",
               "stream_lines", "time_and_documents", "tool_polls", "web_under_load", "scheduler_cost", "expect_cost",
               "memory")
 #: a benchmark that is a case of another's file: (its file, its arguments)
