@@ -377,12 +377,15 @@ class _Target:
 class _Pool:
     """Idle keep-alive connections, a few per origin, for the few origins used last.
 
+    16 origins, as urllib3's pool kept 10: each worker thread has a Fetcher, and with 8 threads that is at most 128
+    idle sockets a process (a worker's claims come sorted by url, so its next check is mostly to the last origin).
+
     A connection is out of the pool while a request uses it, so one is never shared by two threads; one that
     comes back with its response not read to the end, a close asked for, or its deadline spent is closed
     instead (its socket may hold the rest of an answer, or be shut down).
     """
 
-    def __init__(self, per_origin: int = 10, origins: int = 64):
+    def __init__(self, per_origin: int = 10, origins: int = 16):
         self._per_origin, self._origins = per_origin, origins
         self._idle: collections.OrderedDict[_Origin, list[_Connection]] = collections.OrderedDict()
         self._lock = threading.Lock()

@@ -268,3 +268,15 @@ def test_a_post_the_server_dropped_unanswered_is_not_sent_again(scripted):
     with pytest.raises(FetchError, match="failed while reading the page"):
         fetcher.call("POST", server.url + "/", body=b"second")
     assert len(server.requests) == 2
+
+
+def test_only_the_origins_used_last_keep_their_connections(scripted):
+    """The fetcher keeps idle connections for its 16 latest origins: the 17th closes the oldest's, and a get
+    to that one opens a new connection while the latest's is reused."""
+    made = [scripted(ok(b"first"), ok(b"again")) for _ in range(17)]
+    fetcher = made[0][1]
+    for server, _ in made:
+        assert fetcher.get(server.url + "/").body == b"first"
+    assert fetcher.get(made[0][0].url + "/").body == b"again"
+    assert fetcher.get(made[-1][0].url + "/").body == b"again"
+    assert (made[0][0].connections, made[-1][0].connections) == (2, 1)
