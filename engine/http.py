@@ -297,14 +297,15 @@ _MAX_INTERIM = 10
 
 class _Headers:
     """An answer's header block: `first` (lower-cased name → its first value: what http.client reads for the
-    body's framing), `merged` (→ every value of it joined with ", ", Response.headers) and the pairs as sent."""
+    body's framing) and `merged` (→ every value of it joined with ", ": Response.headers)."""
 
-    __slots__ = ("pairs", "first", "merged")
-    _MAX_HEADERS = 100
+    __slots__ = ("first", "merged")
+    #: lines of a header block (folded ones and ones without a colon count too), and the length of one, as
+    #: http.client limits them: a block is at most ~6 MiB however the server spreads it
+    _MAX_LINES = 100
     _MAX_LINE = 65536
 
     def __init__(self, pairs: list[tuple[str, str]]):
-        self.pairs = pairs
         self.first: dict[str, str] = {}
         self.merged: dict[str, str] = {}
         for name, value in pairs:
@@ -316,9 +317,9 @@ class _Headers:
 
     @classmethod
     def read(cls, fp) -> _Headers:
-        """Reads up to the blank line; a line over 64 KiB or over 100 headers is refused as http.client does."""
+        """Reads up to the blank line; a line over 64 KiB or a block over 100 lines is refused."""
         pairs: list[tuple[str, str]] = []
-        while True:
+        for _ in range(cls._MAX_LINES + 1):
             line = fp.readline(cls._MAX_LINE + 1)
             if len(line) > cls._MAX_LINE:
                 raise http.client.LineTooLong("header line")
@@ -332,18 +333,10 @@ class _Headers:
             name, colon, value = text.partition(":")
             if colon and name.strip():
                 pairs.append((name.strip(), value.strip(" \t")))
-            if len(pairs) > cls._MAX_HEADERS:
-                raise http.client.HTTPException(f"got more than {cls._MAX_HEADERS} headers")
+        raise http.client.HTTPException(f"got more than {cls._MAX_LINES} header lines")
 
     def get(self, name: str, default=None):
         return self.first.get(name.lower(), default)
-
-    def get_all(self, name: str, failobj=None):
-        key = name.lower()
-        return [value for n, value in self.pairs if n.lower() == key] or failobj
-
-    def items(self) -> list[tuple[str, str]]:
-        return list(self.pairs)
 
 
 @dataclass(frozen=True)

@@ -245,6 +245,13 @@ def test_too_many_headers_is_a_read_failure_not_a_hang(scripted):
         fetcher.get(server.url + "/")
 
 
+def test_endless_folded_lines_are_a_read_failure_not_a_growing_header(scripted):
+    folded = "".join(f" more {i}\r\n" for i in range(150))
+    server, fetcher = scripted(f"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-Long: start\r\n{folded}\r\n".encode())
+    with pytest.raises(FetchError, match="failed while reading the page"):
+        fetcher.get(server.url + "/")
+
+
 def test_a_head_request_reads_no_body_and_keeps_the_connection(scripted):
     server, fetcher = scripted(b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n", ok(b"after"))
     response = fetcher.call("HEAD", server.url + "/")
