@@ -125,7 +125,8 @@ def test_a_post_carries_its_body_and_its_length(scripted):
 
 @pytest.mark.parametrize("name, value", [("X-Token", "secret-part\r\nX-Injected: 1"),
                                          ("X-Token", "secret-part\nX-Injected: 1"),
-                                         ("X Token", "secret-part"), ("X-Token", "secret-part\x00")])
+                                         ("X Token", "secret-part"), ("X-Token", "secret-part\x00"),
+                                         ("X-Token", "secret-part \u2713")])  # outside Latin-1
 def test_a_header_that_would_break_the_request_is_refused_without_its_value(scripted, name, value):
     server, fetcher = scripted(ok())
     with pytest.raises(FetchError) as info:
