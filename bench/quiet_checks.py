@@ -44,7 +44,7 @@ import requests  # noqa: E402
 from bench.common import (  # noqa: E402,F401  (some re-exported: the other benchmarks import them from here)
     DATABASE_URL, DB_NAME, PG, PYTHON, REDIS_URL, RESULTS, VIGIL, BenchError, Db, Processes, change_spec,
     clean_up, command_cpu, ensure_database, failed, figure, free_port, prepare, publish, record, reset_schema,
-    seed_page_monitors, tree_cpu, tree_size, versions, wait_listening,
+    seed_page_monitors, threads_cpu, cpu_since, tree_cpu, tree_pids, tree_size, versions, wait_listening,
 )
 from bench.pages import PAGE_BYTES, not_modified, page_etag, page_html, served  # noqa: E402
 from engine.content import html_to_text  # noqa: E402
@@ -292,16 +292,18 @@ def run_vigil(base: str, n: int, rounds: int, server_pid: int, procs: Processes,
             _, claims_before = stats.progress()
             gets_before = served(base)
             before = sample(worker.pid, scheduler.pid, server_pid, rds)
+            worker_threads = threads_cpu(tree_pids(worker.pid))
             started_at = datetime.now(timezone.utc).replace(tzinfo=None)
             bench_rows += stats.make_all_due()
             os.kill(scheduler.pid, signal.SIGCONT)
             checks_now, claims_after = wait_checked(stats, checks + n, procs, timeout=max(120, n / 2))
+            worker_cpu = cpu_since(worker_threads, tree_pids(worker.pid))  # to the ns: a round is a few 10 ms ticks
             after = sample(worker.pid, scheduler.pid, server_pid, rds)
             os.kill(scheduler.pid, signal.SIGSTOP)  # nothing is claimed between rounds
             wall = (stats.last_checked() - started_at).total_seconds()
             done = checks_now - checks
             checks = checks_now
-            r = Measure(f"round {number}", done, wall, after.worker - before.worker, after.server - before.server)
+            r = Measure(f"round {number}", done, wall, worker_cpu, after.server - before.server)
             r.extra.update(scheduler=after.scheduler - before.scheduler, postgres=after.postgres - before.postgres,
                            redis=after.redis["cpu"] - before.redis["cpu"], claims=claims_after - claims_before,
                            gets=served(base) - gets_before)
