@@ -106,7 +106,11 @@ def utcnow() -> datetime:
 
 
 def iso(value: datetime | None) -> str | None:
-    return value.replace(tzinfo=timezone.utc).isoformat().replace("+00:00", "Z") if value else None
+    if not value:
+        return None
+    if value.tzinfo is None:  # the tables' naive UTC (every quiet check's event formats one)
+        return value.isoformat() + "Z"
+    return value.replace(tzinfo=timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 class JSONField(peewee.TextField):
