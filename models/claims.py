@@ -87,6 +87,8 @@ class Claimed:
     check_text: str
     raw_hash: str
     content_hash: str
+    #: the check's state as stored, when it is at most STATE_INLINE_CHARS; a larger one (a change check keeps the
+    #: page's text) is read only when state() is asked for, which a quiet check never does
     state_json: str | None
     last_error: str
     failure_count: int
@@ -99,6 +101,8 @@ class Claimed:
     interval_seconds: int = 900
     etag: str = ""
     last_modified: str = ""
+    #: whether the monitor has a state at all (a baseline was taken), inline or not
+    has_state: bool = False
 
     @functools.cached_property
     def source(self) -> dict:
@@ -109,14 +113,27 @@ class Claimed:
         return json.loads(self.check_text)
 
     def state(self) -> dict | None:
-        return None if self.state_json is None else json.loads(self.state_json)
+        if not self.has_state:
+            return None
+        return json.loads(self.state_json if self.state_json is not None else self._stored_state)
+
+    @functools.cached_property
+    def _stored_state(self) -> str:
+        return database.execute_sql(f"SELECT check_state FROM monitors WHERE id = {database.param}",
+                                    (self.id,)).fetchone()[0] or "null"
+
+
+#: a state longer than this stays out of the claim read (Claimed.state_json): a quiet check does not read it, and
+#: a change check's (the page's text, kilobytes) was most of the bytes the read moved
+STATE_INLINE_CHARS = 1024
 
 
 _CLAIMED_SQL = (
     'SELECT m.id, m.claim_seq, m.user_id, c.external_id, m.status, m.source, m."check", m.raw_hash, '
-    "m.content_hash, m.check_state, m.last_error, m.failure_count, m.check_count, m.last_checked_at, "
+    f"m.content_hash, CASE WHEN length(m.check_state) <= {STATE_INLINE_CHARS} THEN m.check_state END, "
+    "m.last_error, m.failure_count, m.check_count, m.last_checked_at, "
     "m.max_wakes - m.wakes_used, m.unreachable_since, m.prev_checked_at, m.last_changed_at, m.interval_seconds, "
-    "m.etag, m.last_modified FROM monitors m JOIN conversations c ON c.id = m.conversation_id "
+    "m.etag, m.last_modified, m.check_state IS NOT NULL FROM monitors m JOIN conversations c ON c.id = m.conversation_id "
     "WHERE m.status = 'active' AND m.id IN ({ids})")
 
 
@@ -129,16 +146,18 @@ def load_claimed(claims: list[tuple[str, int]]) -> list[Claimed]:
         return []
     sql = _CLAIMED_SQL.format(ids=", ".join([database.param] * len(wanted)))
     found = {}
+    as_text = isinstance(database.obj, peewee.SqliteDatabase)  # PostgreSQL's rows hold datetimes already
     for row in database.execute_sql(sql, list(wanted)).fetchall():
         if row[1] == wanted[row[0]]:
-            times = [as_time(value) for value in (row[13], row[15], row[16], row[17])]
-            found[row[0]] = Claimed(*row[:13], times[0], max(row[14], 0), *times[1:], *row[18:21])
+            if as_text:
+                row = [*row[:13], *[as_time(value) for value in row[13:18]], *row[18:]]  # row[14]: a number
+            found[row[0]] = Claimed(*row[:14], max(row[14], 0), *row[15:21], bool(row[21]))
     return [found[monitor_id] for monitor_id in wanted if monitor_id in found]
 
 
 def as_time(value) -> datetime | None:
-    """SQLite hands timestamps back as text, PostgreSQL as datetimes."""
-    return value if value is None or isinstance(value, datetime) else datetime.fromisoformat(value)
+    """SQLite hands timestamps back as text, PostgreSQL as datetimes (a number is left alone)."""
+    return value if value is None or not isinstance(value, str) else datetime.fromisoformat(value)
 
 
 def _immediate() -> tuple:

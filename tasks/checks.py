@@ -17,7 +17,7 @@ from engine.checks.base import CheckSpec
 from engine.pipeline import CHANGED, ERROR, FIRED, QUIET, Outcome, Prior, check_body, run_check
 from engine.errors import ContentError
 from engine.http import FetchError, Validators
-from engine.shared_fetch import Window
+from engine.shared_fetch import HTTP_SOURCES, Window
 from engine.sources import DOCUMENT_SOURCES
 from engine.sources.base import SourceSpec
 from adapters.mcp_client import McpError
@@ -72,9 +72,10 @@ def check_monitors(claims: list[list]) -> None:
     runtime = current()
     quiet = []
     counts: Counter = Counter()  # the metric's file is written once per kind a batch, not once per check
+    alike: dict[tuple, Outcome] = {}  # this batch's quiet outcomes by all that decided them (same_inputs)
     try:
         for monitor in load_claimed([(monitor_id, seq) for monitor_id, seq in claims]):
-            outcome, recorded, full = check_one(runtime, monitor)
+            outcome, recorded, full = check_one(runtime, monitor, alike)
             if not recorded.written:
                 continue
             counts[outcome.kind, outcome.unreachable] += 1
@@ -88,18 +89,24 @@ def check_monitors(claims: list[list]) -> None:
             count_check(kind, unreachable, times)
 
 
-def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded, Monitor | None]:
+def check_one(runtime: Runtime, monitor: Claimed, alike: dict | None = None
+              ) -> tuple[Outcome, Recorded, Monitor | None]:
     """Fetch, compare, judge a match if the monitor has a condition, and record it. Beyond a quiet check, the
-    monitor as recorded (the write is applied to it, so its events need no read back)."""
+    monitor as recorded (the write is applied to it, so its events need no read back). `alike`: the quiet outcomes
+    of this batch's checks so far, by same_inputs; a check with the same inputs as one of them has its outcome."""
     now = utcnow()
     source, check, with_placeholders = specs_of(monitor.source_text, monitor.check_text)
+    inputs = same_inputs(runtime, monitor, source.type, check, with_placeholders) if alike is not None else None
+    known = alike.get(inputs) if inputs is not None else None
+    if known is not None:
+        return known, record_check(monitor, monitor.claim_seq, known, now, runtime.lifecycle), None
     if source.type == "command":
         return dispatch_command(runtime, monitor, now)
     if source.type == "time":
         return check_time_watch(runtime, monitor, now)
     if source.type in DOCUMENT_SOURCES:
         return check_document(runtime, monitor, now)
-    prior = Prior(monitor.raw_hash, monitor.content_hash, monitor.state if monitor.state_json else None,
+    prior = Prior(monitor.raw_hash, monitor.content_hash, monitor.state if monitor.has_state else None,
                   Validators(monitor.etag, monitor.last_modified))
     if source.type == "tool":
         ran = run_tool_poll(runtime, monitor, prior, filled_in(monitor, now), now)
@@ -112,6 +119,8 @@ def check_one(runtime: Runtime, monitor: Claimed) -> tuple[Outcome, Recorded, Mo
         outcome = run_check(runtime.check_io(fetch_window(monitor, now)), source, check, prior,
                             runtime.settings.FETCH_MAX_TEXT_BYTES, now=now, placeholders=filled)
     if outcome.kind == QUIET:
+        if inputs is not None:
+            alike[inputs] = outcome
         return outcome, record_check(monitor, monitor.claim_seq, outcome, now, runtime.lifecycle), None
     full = load_for_check(monitor.id)
     if full is None or full.claim_seq != monitor.claim_seq or full.status != ACTIVE:
@@ -137,6 +146,30 @@ def specs_of(source_text: str, check_text: str) -> tuple[SourceSpec, CheckSpec, 
     source = json.loads(source_text)
     with_placeholders = any(isinstance(value, str) and has_placeholders(value) for value in source.values())
     return source_from_record(source), check_from_record(json.loads(check_text)), with_placeholders
+
+
+def same_inputs(runtime: Runtime, monitor: Claimed, source_type: str, check: CheckSpec,
+                with_placeholders: bool) -> tuple | None:
+    """All that decides a shared HTTP check's outcome, or None for a check whose outcome may be its own.
+
+    run_check is a function of the source, the check, what the monitor stored last time (its digests, state and
+    validators) and the answer its GET gets; monitors whose request is shared read the same answer in one fetch
+    window (engine/shared_fetch.py: same account, interval, claim and previous claim). So a monitor whose key
+    equals that of a check already found quiet in this batch is quiet the same way, and is not run again: with
+    many monitors on one page, what a check costs follows the distinct checks, as its GET follows the distinct
+    urls. Only quiet outcomes are kept (anything else is recorded with a judge, a wake or an error of its own),
+    and not for a url with placeholders (their values depend on the monitor's own times) or with sharing off
+    (then each monitor fetches for itself)."""
+    if source_type not in HTTP_SOURCES or with_placeholders or not runtime.shared_fetches.enabled:
+        return None
+    # of the state, a quiet outcome depends on whether there is one and, for a `for` count, on the count (a
+    # small state, always in the claim read)
+    counted = check.hold_for > 1
+    if counted and monitor.has_state and monitor.state_json is None:
+        return None
+    return (monitor.source_text, monitor.check_text, monitor.has_state, monitor.state_json if counted else None,
+            monitor.raw_hash, monitor.content_hash, monitor.etag, monitor.last_modified, monitor.user_id,
+            monitor.interval_seconds, monitor.last_checked_at, monitor.prev_checked_at)
 
 
 def filled_in(monitor: Claimed, now) -> dict:

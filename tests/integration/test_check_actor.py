@@ -214,3 +214,19 @@ def test_the_owners_pages_hear_each_recorded_check_as_the_row_now_stands(client,
     assert [name for name, _ in final] == ["monitor.updated", "conversation.updated", "message.created"]
     assert final[0][1] == final_row and final_row["status"] == "done" and final_row["wakes_left"] == 0
     assert final[1][1] == {"conversation_id": final_row["conversation_id"], "watching": False}
+
+
+def test_a_change_of_a_long_page_is_told_against_its_stored_text(client, owner, pages, run_due_checks):
+    """A state this long stays out of the claim read (models/claims.STATE_INLINE_CHARS) and is read when the check
+    needs it: the wake still lists what came and went."""
+    items = "".join(f"<li>entry {i}: nothing new here, the same as yesterday</li>" for i in range(60))
+    url = pages.set("/long", f"<h1>Changelog</h1><ul>{items}</ul>")
+    monitor_id = make_monitor(client, owner[1], url, source={"type": "page", "url": url},
+                              check={"type": "change"}, max_wakes=5)
+    assert len(monitor_row(monitor_id).check_state["text"]) > 2000
+    run_due_checks()
+    pages.set("/long", f"<h1>Changelog</h1><ul><li>entry 60: a new release</li>{items.replace('entry 7:', 'entry 7b:')}</ul>")
+    run_due_checks()
+    [wake] = wakes(monitor_id)
+    assert "+ entry 60: a new release" in wake.content
+    assert "- entry 7: nothing new here, the same as yesterday" in wake.content

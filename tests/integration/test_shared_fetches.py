@@ -151,3 +151,50 @@ def test_sharing_turned_off_fetches_for_every_monitor(client, owner, pages, run_
     before = gets(pages, "/alone")
     run_due_checks()
     assert gets(pages, "/alone") == before + 3
+
+
+def test_identical_monitors_of_one_url_run_the_pipeline_once_a_batch_and_each_records_its_check(
+        client, owner, pages, run_due_checks, monkeypatch):
+    import tasks.checks as checks
+
+    url = pages.set("/same", quote("95.10"))
+    ids = monitors_on(client, owner[1], url, 6)
+    run_due_checks()  # their first claims: from here on they are claimed together, after the same previous claim
+    with db():
+        Monitor.update(last_error="HTTP 503", failure_count=1).where(Monitor.id == ids[-1]).execute()
+    ran = []
+    real = checks.run_check
+    monkeypatch.setattr(checks, "run_check", lambda *args, **kwargs: ran.append(1) or real(*args, **kwargs))
+    before = gets(pages, "/same")
+    assert run_due_checks() == 6
+    assert len(ran) == 1, "the other five had the same inputs as the first, so its quiet outcome"
+    assert gets(pages, "/same") == before + 1
+    for monitor_id in ids:
+        row = monitor_row(monitor_id)
+        assert (row.check_count, row.last_error, row.failure_count) == (3, "", 0), "each recorded its own check"
+        assert runs(monitor_id) == 0 and wakes(monitor_id) == []
+    pages.set("/same", quote("80"))
+    run_due_checks()
+    assert len(ran) == 1 + 6, "a fire is no quiet outcome: each monitor runs its own, and wakes its own"
+    for monitor_id in ids:
+        [wake] = wakes(monitor_id)
+        assert "80 is below 90 (was 95.10)" in wake.content
+
+
+def test_a_count_under_way_is_not_given_an_identical_neighbours_quiet_outcome(client, owner, pages, run_due_checks):
+    check = {"type": "threshold", "op": "<", "value": 90, "for": 3}
+    url = pages.set("/count", quote("95.10"))
+    counting = make_monitor(client, owner[1], url, check=check, max_wakes=3)
+    pages.set("/count", quote("89.50"))
+    run_due_checks()  # holding 1 of 3
+    settled = make_monitor(client, owner[1], url, check=check, max_wakes=3)  # held at its baseline: not counting
+    run_due_checks()  # holding 2 of 3; both claimed together from here on
+    assert wakes(counting) == [] and wakes(settled) == []
+    start = run_due_checks.now()
+    with db():  # the quiet one first in the batch, so a wrongly shared outcome would reach the counting one
+        Monitor.update(next_check_at=start).where(Monitor.id == settled).execute()
+        Monitor.update(next_check_at=start + timedelta(seconds=1)).where(Monitor.id == counting).execute()
+    assert run_due_checks() == 2
+    [wake] = wakes(counting)
+    assert "89.50 is below 90, held for 3 checks (since " in wake.content
+    assert wakes(settled) == []
