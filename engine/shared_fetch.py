@@ -23,6 +23,12 @@ with exactly those validators; a full body serves every check, and a check whose
 gets the 304 the server would have given it (nothing read or hashed). A 304 never reaches a monitor whose
 validators differ: it fetches for itself.
 
+Beyond the GET: the scheduler steers the monitors of one url onto one slot (engine/schedule.py), so they fall due in
+the same tick; the claim sorts them by url and counts them as one fetch when it cuts messages (tasks/checks.batches),
+and in a batch a check whose inputs are all the same as a quiet one's before it takes that outcome instead of
+running the pipeline again (tasks/checks.same_inputs). So the monitors after the first of a url cost their claim,
+their event and their record, not a check.
+
 One SharedFetches per worker process (threads share it, and a thread waits for another already fetching the same
 request); with N worker processes at most N GETs go out per distinct request per window. It is a plain object
 with no I/O of its own: the fetch it shares is the caller's.
@@ -40,6 +46,7 @@ from datetime import datetime, timezone
 
 from engine.errors import FetchError
 from engine.http import Fetcher, Response, Validators
+from engine.placeholders import has_placeholders
 
 #: what one kept answer costs beyond its body, url and headers (the objects around them), for the size bound
 ENTRY_OVERHEAD_BYTES = 256
@@ -83,6 +90,13 @@ def request_key(url: str, headers: dict | None, account: int, across_accounts: b
 def claim_order(source: dict) -> str:
     """What the scheduler sorts claimed monitors by, so those reading the same url land in the same batch."""
     return (source.get("url") or "") if source.get("type") in HTTP_SOURCES else ""
+
+
+def fetch_key(source: dict) -> str:
+    """The url whose one GET a claimed monitor may share with the others of its batch, or "" when its check
+    reads on its own (not an HTTP source, or a url with placeholders: another url each check)."""
+    url = claim_order(source)
+    return "" if has_placeholders(url) else url
 
 
 class SharedFetches:

@@ -10,7 +10,7 @@ from datetime import datetime
 import peewee
 
 from engine.schedule import next_check_at
-from engine.shared_fetch import claim_order
+from engine.shared_fetch import claim_order, fetch_key
 from models.db import database
 from models.tables import ACTIVE, Monitor
 
@@ -29,10 +29,23 @@ def claim_due(now: datetime, limit: int) -> list[tuple[str, int]]:
         if database.for_update:
             query = query.for_update(skip_locked=True)
         rows = list(query.tuples())
-        if rows:
-            _mark_claimed(now, [(row[0], next_check_at(now, row[2])) for row in rows])
-    rows.sort(key=lambda row: claim_order(_as_dict(row[3])))  # one url's monitors in one batch: one shared fetch
-    return [(row[0], row[1] + 1) for row in rows]
+        sources = {row[0]: _as_dict(row[3]) for row in rows}
+        keys = {monitor_id: fetch_key(source) for monitor_id, source in sources.items()}
+        if rows:  # monitors of one url are steered onto its slot, so they are claimed together (engine/schedule)
+            _mark_claimed(now, [(row[0], next_check_at(now, row[2], slot=keys[row[0]] or None)) for row in rows])
+    rows.sort(key=lambda row: claim_order(sources[row[0]]))  # one url's monitors in one batch: one shared fetch
+    return [Claim(row[0], row[1] + 1, keys[row[0]]) for row in rows]
+
+
+class Claim(tuple):
+    """A claim as (monitor id, claim number), the pair a check message carries; `key` is the url whose fetch it
+    may share with the claims next to it, or "" (engine/shared_fetch.fetch_key), so tasks/checks.batches can size
+    messages by the fetches they hold."""
+
+    def __new__(cls, monitor_id: str, seq: int, key: str = ""):
+        claim = super().__new__(cls, (monitor_id, seq))
+        claim.key = key
+        return claim
 
 
 def _as_dict(source) -> dict:

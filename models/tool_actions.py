@@ -17,6 +17,7 @@ from engine.forecast import ALREADY_HOLDS, already_holds
 from engine.placeholders import values as placeholder_values
 from engine.sources.time_source import fire_time, format_time
 from engine.schedule import next_check_at
+from engine.shared_fetch import fetch_key
 from engine.sources import DOCUMENT_SOURCES, SourceIO
 from engine.spec import Limits, MonitorSpec, SpecError, channel_refusal, dry_run_of, parse_create
 from engine.tools import ToolDef
@@ -195,7 +196,8 @@ def store_create(prepared: Prepared, outcome: Outcome, checked_at: datetime, now
     if already_holds(spec.check, outcome.verdict.state):
         notes.append(ALREADY_HOLDS)
     monitor = create_monitor(conversation.user, conversation, spec, outcome, checked_at,
-                             next_check_at(now, spec.interval_seconds))
+                             next_check_at(now, spec.interval_seconds,
+                                           slot=fetch_key({"type": spec.source.type, "url": spec.source.url}) or None))
     return monitor, {
         "monitor_id": monitor.id, "status": monitor.status, "baseline": outcome.verdict.summary,
         "next_check_at": iso(monitor.next_check_at), "expires_at": iso(monitor.expires_at),

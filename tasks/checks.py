@@ -49,20 +49,50 @@ log = logging.getLogger(__name__)
 SNAPSHOT_CHARS = 2000
 SNAPSHOT_METADATA_BYTES = 64 * 1024
 
-#: Monitors per message: one query and one round of events for the lot, fetched one after another. A message
+#: Fetches per message: one query and one round of events for the lot, fetched one after another. A message
 #: costs the worker about 1 ms of CPU of its own (its fetch and ack, the claim read, the events' round trip), so a
 #: busy tick fills messages up to BATCH_MAX; a small one keeps BATCH_MIN, so that it still spreads over threads.
+#: Counted in fetches, not monitors: the monitors that share one url's GET (models/claims.Claim.key) count once,
+#: since what a message's time goes on is its GETs; the others ride along at a few µs each.
 BATCH_MIN, BATCH_MAX = 20, 50
 #: how many messages a tick's claims are spread over before messages grow past BATCH_MIN: two worker processes
 #: of the default 4 threads
 BATCH_SPREAD = 8
+#: monitors per message at most, however few urls they read (one url's monitors beyond it go on in the next)
+BATCH_MONITORS_MAX = 500
 
 
 def batches(claims: list) -> list[list]:
-    """A tick's claims cut into messages: BATCH_MIN each up to BATCH_SPREAD messages, then bigger, at most
-    BATCH_MAX each. In claim order, so monitors of one url (the claim sorts by it) travel together."""
-    size = min(BATCH_MAX, max(BATCH_MIN, math.ceil(len(claims) / BATCH_SPREAD)))
-    return [claims[start:start + size] for start in range(0, len(claims), size)]
+    """A tick's claims cut into messages: BATCH_MIN fetches each up to BATCH_SPREAD messages, then bigger, at most
+    BATCH_MAX fetches and BATCH_MONITORS_MAX monitors each. In claim order, so monitors of one url (the claim sorts
+    by it) travel together; a claim without a key (a plain pair) is a fetch of its own."""
+    units = _fetch_units(claims)
+    size = min(BATCH_MAX, max(BATCH_MIN, math.ceil(len(units) / BATCH_SPREAD)))
+    cut: list[list] = []
+    batch: list = []
+    fetches = 0
+    for unit in units:
+        if batch and (fetches == size or len(batch) + len(unit) > BATCH_MONITORS_MAX):
+            cut.append(batch)
+            batch, fetches = [], 0
+        batch.extend(unit)
+        fetches += 1
+    return cut + [batch] if batch else cut
+
+
+def _fetch_units(claims: list) -> list[list]:
+    """The claims in runs that share one fetch (consecutive claims of one non-empty key), none over
+    BATCH_MONITORS_MAX."""
+    units: list[list] = []
+    previous = ""
+    for claim in claims:
+        key = getattr(claim, "key", "")
+        if key and key == previous and len(units[-1]) < BATCH_MONITORS_MAX:
+            units[-1].append(claim)
+        else:
+            units.append([claim])
+        previous = key
+    return units
 
 
 @dramatiq.actor(queue_name="checks", max_retries=3, min_backoff=1000, max_backoff=30000,

@@ -74,3 +74,28 @@ def test_off_busy_minutes_moves_busy_minutes(when, moved):
                                   datetime(2024, 3, 1, 12, 31, 0), datetime(2024, 3, 1, 12, 59, 59)])
 def test_off_busy_minutes_leaves_other_minutes(when):
     assert off_busy_minutes(when) == when
+
+
+def test_monitors_of_one_url_are_steered_onto_its_slot_within_the_jitter_bounds():
+    from engine.schedule import slot_phase
+
+    url, interval = "https://example.com/acmeb", 900
+    rng = random.Random(5)
+    start = datetime(2024, 5, 5, 10, 10, 10)
+    times = [start + timedelta(seconds=rng.uniform(0, 3 * interval)) for _ in range(8)]  # created at any time
+    for _ in range(12):
+        nexts = [next_check_at(now, interval, slot=url) for now in times]
+        for now, at in zip(times, nexts):
+            waited = (at - now).total_seconds()
+            assert interval * 0.9 - 1e-6 <= waited <= interval * 1.1 + 60 + 1e-6, "the same bounds as random jitter"
+        times = [at + timedelta(seconds=0.2) for at in nexts]  # each claimed by the tick just after it fell due
+    phases = {round((at - datetime(1970, 1, 1)).total_seconds() % interval, 3) for at in nexts}
+    assert phases == {round(slot_phase(url, interval), 3)}, "all on the url's grid, so claimed in one tick"
+
+
+def test_different_urls_get_different_slots():
+    from engine.schedule import slot_phase
+
+    phases = {slot_phase(f"https://example.com/p/{i}", 900) for i in range(200)}
+    assert len(phases) > 190 and min(phases) < 90 and max(phases) > 810, "spread over the whole interval"
+    assert slot_phase("https://example.com/p/1", 900) == slot_phase("https://example.com/p/1", 900)

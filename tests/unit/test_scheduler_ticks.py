@@ -27,3 +27,22 @@ def test_a_ticks_claims_go_out_in_messages_of_20_to_50(claimed, sizes):
     cut = batches(claims)
     assert [len(batch) for batch in cut] == sizes
     assert [claim for batch in cut for claim in batch] == claims  # every claim once, in claim (url) order
+
+
+def test_monitors_sharing_a_url_count_as_one_fetch_of_a_message():
+    from models.claims import Claim
+    from tasks.checks import BATCH_MONITORS_MAX, batches
+
+    # 1,000 monitors over 100 urls, claimed by url: 100 fetches, spread over 8 messages of up to 20 fetches
+    claims = [Claim(f"m{i}", 1, f"https://example.com/p/{i // 10}") for i in range(1000)]
+    cut = batches(claims)
+    assert [len(batch) for batch in cut] == [200] * 5
+    assert [claim for batch in cut for claim in batch] == claims
+    assert all(len({claim.key for claim in batch}) == 20 for batch in cut), "no url's monitors split between two"
+    # monitors of no shared url ("": a file, a command, a url with placeholders) are a fetch each, as before
+    alone = [Claim(f"f{i}", 1, "") for i in range(500)]
+    assert [len(batch) for batch in batches(alone)] == [50] * 10
+    # one url's monitors past BATCH_MONITORS_MAX go on in the next message
+    crowd = [Claim(f"c{i}", 1, "https://example.com/hot") for i in range(BATCH_MONITORS_MAX + 30)]
+    assert [len(batch) for batch in batches(crowd)] == [BATCH_MONITORS_MAX, 30]
+    assert list(crowd[0]) == ["c0", 1] and crowd[0] == ("c0", 1), "a message carries the pair only"
