@@ -124,12 +124,13 @@ def check_one(runtime: Runtime, monitor: Claimed, alike: dict | None = None
     """Fetch, compare, judge a match if the monitor has a condition, and record it. Beyond a quiet check, the
     monitor as recorded (the write is applied to it, so its events need no read back). `alike`: the quiet outcomes
     of this batch's checks so far, by same_inputs; a check with the same inputs as one of them has its outcome."""
-    now = utcnow()
     source, check, with_placeholders = specs_of(monitor.source_text, monitor.check_text)
     inputs = same_inputs(runtime, monitor, source.type, check, with_placeholders) if alike is not None else None
     known = alike.get(inputs) if inputs is not None else None
-    if known is not None:
-        return known, record_check(monitor, monitor.claim_seq, known, now, runtime.lifecycle), None
+    if known is not None:  # a quiet record writes no time: the claim's stands in for the clock's
+        return known, record_check(monitor, monitor.claim_seq, known, monitor.last_checked_at,
+                                   runtime.lifecycle), None
+    now = utcnow()
     if source.type == "command":
         return dispatch_command(runtime, monitor, now)
     if source.type == "time":
