@@ -146,7 +146,8 @@ _CLAIMED_SQL = (
     f"m.content_hash, CASE WHEN length(m.check_state) <= {STATE_INLINE_CHARS} THEN m.check_state END, "
     "m.last_error, m.failure_count, m.check_count, m.last_checked_at, "
     "m.max_wakes - m.wakes_used, m.unreachable_since, m.prev_checked_at, m.last_changed_at, m.interval_seconds, "
-    "m.etag, m.last_modified, m.check_state IS NOT NULL FROM monitors m JOIN conversations c ON c.id = m.conversation_id "
+    "m.etag, m.last_modified, m.check_state IS NOT NULL "
+    "FROM monitors m JOIN conversations c ON c.id = m.conversation_id "
     "WHERE m.status = 'active' AND m.id IN ({ids})")
 
 

@@ -225,7 +225,8 @@ def test_a_change_of_a_long_page_is_told_against_its_stored_text(client, owner, 
                               check={"type": "change"}, max_wakes=5)
     assert len(monitor_row(monitor_id).check_state["text"]) > 2000
     run_due_checks()
-    pages.set("/long", f"<h1>Changelog</h1><ul><li>entry 60: a new release</li>{items.replace('entry 7:', 'entry 7b:')}</ul>")
+    changed = items.replace("entry 7:", "entry 7b:")
+    pages.set("/long", f"<h1>Changelog</h1><ul><li>entry 60: a new release</li>{changed}</ul>")
     run_due_checks()
     [wake] = wakes(monitor_id)
     assert "+ entry 60: a new release" in wake.content
