@@ -64,8 +64,12 @@ class Window:
 
     @functools.cached_property
     def index(self) -> float:
-        """Which window of its interval the claim falls in: floor(epoch seconds / interval)."""
-        return _epoch(self.claimed_at) // max(self.interval_seconds, 1)
+        return window_index(self.claimed_at, self.interval_seconds)
+
+
+def window_index(claimed_at: datetime, interval_seconds: int) -> float:
+    """Which window of its interval a claim falls in: floor(epoch seconds / interval)."""
+    return _epoch(claimed_at) // max(interval_seconds, 1)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from engine.checks.base import CheckSpec
 from engine.pipeline import CHANGED, ERROR, FIRED, QUIET, Outcome, Prior, check_body, run_check
 from engine.errors import ContentError
 from engine.http import FetchError, Validators
-from engine.shared_fetch import HTTP_SOURCES, Window
+from engine.shared_fetch import HTTP_SOURCES, Window, window_index
 from engine.sources import DOCUMENT_SOURCES
 from engine.sources.base import SourceSpec
 from adapters.mcp_client import McpError
@@ -102,7 +102,7 @@ def check_monitors(claims: list[list]) -> None:
     runtime = current()
     quiet = []
     counts: Counter = Counter()  # the metric's file is written once per kind a batch, not once per check
-    alike: dict[tuple, Outcome] = {}  # this batch's quiet outcomes by all that decided them (same_inputs)
+    alike: dict[tuple, tuple] = {}  # this batch's quiet outcomes by what decided them (same_inputs, read_after)
     try:
         for monitor in load_claimed([(monitor_id, seq) for monitor_id, seq in claims]):
             outcome, recorded, full = check_one(runtime, monitor, alike)
@@ -123,13 +123,15 @@ def check_one(runtime: Runtime, monitor: Claimed, alike: dict | None = None
               ) -> tuple[Outcome, Recorded, Monitor | None]:
     """Fetch, compare, judge a match if the monitor has a condition, and record it. Beyond a quiet check, the
     monitor as recorded (the write is applied to it, so its events need no read back). `alike`: the quiet outcomes
-    of this batch's checks so far, by same_inputs; a check with the same inputs as one of them has its outcome."""
+    of this batch's checks so far, by same_inputs, each with the previous claim of the check that read it; a check
+    with the same inputs whose own previous claim is no later has its outcome (read_after)."""
     source, check, with_placeholders = specs_of(monitor.source_text, monitor.check_text)
     inputs = same_inputs(runtime, monitor, source.type, check, with_placeholders) if alike is not None else None
     known = alike.get(inputs) if inputs is not None else None
-    if known is not None:  # a quiet record writes no time: the claim's stands in for the clock's
-        return known, record_check(monitor, monitor.claim_seq, known, monitor.last_checked_at,
-                                   runtime.lifecycle), None
+    if known is not None and read_after(monitor.prev_checked_at, known[1]):
+        # a quiet record writes no time: the claim's stands in for the clock's
+        return known[0], record_check(monitor, monitor.claim_seq, known[0], monitor.last_checked_at,
+                                      runtime.lifecycle), None
     now = utcnow()
     if source.type == "command":
         return dispatch_command(runtime, monitor, now)
@@ -150,8 +152,8 @@ def check_one(runtime: Runtime, monitor: Claimed, alike: dict | None = None
         outcome = run_check(runtime.check_io(fetch_window(monitor, now)), source, check, prior,
                             runtime.settings.FETCH_MAX_TEXT_BYTES, now=now, placeholders=filled)
     if outcome.kind == QUIET:
-        if inputs is not None:
-            alike[inputs] = outcome
+        if inputs is not None and (known is None or read_after(known[1], monitor.prev_checked_at)):
+            alike[inputs] = (outcome, monitor.prev_checked_at)  # serves every check whose previous claim is earlier
         return outcome, record_check(monitor, monitor.claim_seq, outcome, now, runtime.lifecycle), None
     full = load_for_check(monitor.id)
     if full is None or full.claim_seq != monitor.claim_seq or full.status != ACTIVE:
@@ -181,17 +183,20 @@ def specs_of(source_text: str, check_text: str) -> tuple[SourceSpec, CheckSpec, 
 
 def same_inputs(runtime: Runtime, monitor: Claimed, source_type: str, check: CheckSpec,
                 with_placeholders: bool) -> tuple | None:
-    """All that decides a shared HTTP check's outcome, or None for a check whose outcome may be its own.
+    """All that decides a shared HTTP check's outcome but the answer its GET reads, or None for a check whose
+    outcome may be its own.
 
     run_check is a function of the source, the check, what the monitor stored last time (its digests, state and
-    validators) and the answer its GET gets; monitors whose request is shared read the same answer in one fetch
-    window (engine/shared_fetch.py: same account, interval, claim and previous claim). So a monitor whose key
-    equals that of a check already found quiet in this batch is quiet the same way, and is not run again: with
-    many monitors on one page, what a check costs follows the distinct checks, as its GET follows the distinct
-    urls. Only quiet outcomes are kept (anything else is recorded with a judge, a wake or an error of its own),
-    and not for a url with placeholders (their values depend on the monitor's own times) or with sharing off
-    (then each monitor fetches for itself)."""
-    if source_type not in HTTP_SOURCES or with_placeholders or not runtime.shared_fetches.enabled:
+    validators) and the answer its GET gets. Monitors whose request is shared may read any answer fetched in their
+    interval window after their previous claim (engine/shared_fetch.py). So a monitor with the key of a check
+    already found quiet in this batch, in the same window, whose previous claim is no later than that check's
+    (read_after: the answer that check read was fetched after its previous claim, so after this one's too), is
+    quiet the same way, and is not run again: with many monitors on one page, what a check costs follows the
+    distinct checks, as its GET follows the distinct urls. Only quiet outcomes are kept (anything else is recorded
+    with a judge, a wake or an error of its own), and not for a url with placeholders (their values depend on the
+    monitor's own times) or with sharing off (then each monitor fetches for itself)."""
+    if source_type not in HTTP_SOURCES or with_placeholders or not runtime.shared_fetches.enabled \
+            or monitor.last_checked_at is None:
         return None
     # of the state, a quiet outcome depends on whether there is one and, for a `for` count, on the count (a
     # small state, always in the claim read)
@@ -200,7 +205,13 @@ def same_inputs(runtime: Runtime, monitor: Claimed, source_type: str, check: Che
         return None
     return (monitor.source_text, monitor.check_text, monitor.has_state, monitor.state_json if counted else None,
             monitor.raw_hash, monitor.content_hash, monitor.etag, monitor.last_modified, monitor.user_id,
-            monitor.interval_seconds, monitor.last_checked_at, monitor.prev_checked_at)
+            monitor.interval_seconds, window_index(monitor.last_checked_at, monitor.interval_seconds))
+
+
+def read_after(previous_claim, bound) -> bool:
+    """Whether an answer read by a check whose previous claim was `bound` may serve a check whose previous claim
+    is `previous_claim` (None: it has none, any answer of the window serves it)."""
+    return previous_claim is None or (bound is not None and previous_claim <= bound)
 
 
 def filled_in(monitor: Claimed, now) -> dict:

@@ -198,3 +198,38 @@ def test_a_count_under_way_is_not_given_an_identical_neighbours_quiet_outcome(cl
     [wake] = wakes(counting)
     assert "89.50 is below 90, held for 3 checks (since " in wake.content
     assert wakes(settled) == []
+
+
+def test_a_quiet_outcome_serves_the_checks_of_its_window_whose_previous_claim_is_no_later(
+        client, owner, pages, drain, monkeypatch):
+    import tasks.checks as checks
+
+    url = pages.set("/ticks", quote("95.10"))
+    a, b, c, d = monitors_on(client, owner[1], url, 4)
+    ran = []
+    real = checks.run_check
+    monkeypatch.setattr(checks, "run_check", lambda *args, **kwargs: ran.append(1) or real(*args, **kwargs))
+
+    def split_then_together(window: datetime, first: list[str], then: list[str]) -> int:
+        """Claim a, b and c, d in two ticks of one window, then all four in one tick of the next, `first` first
+        in its batch; how many of those four ran the pipeline."""
+        for ids, second in (([a, b], 9), ([c, d], 49)):
+            for monitor_id in ids:
+                due_at(monitor_id, window + timedelta(seconds=second))
+        for second in (9, 49):
+            assert tick_at(window + timedelta(seconds=second + 1), drain) == 2
+        later = window + timedelta(seconds=INTERVAL)
+        for order, monitor_id in enumerate(first + then):
+            due_at(monitor_id, later + timedelta(seconds=5 + order))
+        before = len(ran)
+        assert tick_at(later + timedelta(seconds=10), drain) == 4
+        return len(ran) - before
+
+    start = window_start()
+    # c and d were claimed last: the answer c read came after a's and b's previous claims too
+    assert split_then_together(start, [c, d], [a, b]) == 1
+    # a read an answer fetched after its own previous claim, which may be before c's and d's: they run their own
+    assert split_then_together(start + timedelta(seconds=4 * INTERVAL), [a, b], [c, d]) == 2
+    for monitor_id in (a, b, c, d):
+        row = monitor_row(monitor_id)
+        assert row.check_count == 5 and row.last_error == "" and wakes(monitor_id) == []
