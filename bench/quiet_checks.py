@@ -258,6 +258,18 @@ def wait_checked(stats: Stats, target: int, procs: Processes, timeout: float, po
         time.sleep(poll)
 
 
+def start_warm(stats: Stats, procs: Processes, due: int, timeout: float):
+    """Start the real worker (1 process × 4 threads) and scheduler, wait for the `due` monitors' first checks (the
+    warm-up), then stop the scheduler (SIGSTOP) until a round resumes it: (worker, scheduler, checks so far)."""
+    checks, _ = stats.progress()
+    worker = procs.start("worker", [PYTHON, "-m", "dramatiq", "tasks.main", "--processes", "1", "--threads", "4"],
+                         VIGIL_ENV)
+    scheduler = procs.start("scheduler", [VIGIL, "scheduler"], VIGIL_ENV)
+    checks, _ = wait_checked(stats, checks + due, procs, timeout=timeout)
+    os.kill(scheduler.pid, signal.SIGSTOP)  # quiet the scheduler's idle ticks while stats settle
+    return worker, scheduler, checks
+
+
 def run_vigil(base: str, n: int, rounds: int, server_pid: int, procs: Processes, create=None,
               before_round=None) -> Measure:
     """The real worker and scheduler over N monitors, made by `create(base, n)` (default create_monitors);
@@ -271,13 +283,8 @@ def run_vigil(base: str, n: int, rounds: int, server_pid: int, procs: Processes,
     stats = Stats()
     stats.events = EventCounter(REDIS_URL)
     try:
-        checks0, _ = stats.progress()
-        worker = procs.start("worker", [PYTHON, "-m", "dramatiq", "tasks.main", "--processes", "1", "--threads", "4"],
-                             VIGIL_ENV)
-        scheduler = procs.start("scheduler", [VIGIL, "scheduler"], VIGIL_ENV)
         print("  warm-up round (process start, connections, imports; not measured) …", flush=True)
-        checks, _ = wait_checked(stats, checks0 + n, procs, timeout=max(120, n / 5))
-        os.kill(scheduler.pid, signal.SIGSTOP)  # quiet the scheduler's idle ticks while stats settle
+        worker, scheduler, checks = start_warm(stats, procs, n, timeout=max(120, n / 5))
         print(f"  worker tree: {tree_size(worker.pid)} processes; waiting {STATS_SETTLE_SECONDS:.0f}s for "
               "PostgreSQL statistics to settle …", flush=True)
         time.sleep(STATS_SETTLE_SECONDS)

@@ -31,8 +31,8 @@ from bench.common import (
 )
 from bench.pages import served
 from bench.quiet_checks import (
-    PYTHON, VIGIL, VIGIL_ENV, EventCounter, Measure, Processes, Stats, cpu_since, ensure_database, fmt, reset_schema,
-    threads_cpu, tree_pids, wait_checked,
+    PYTHON, VIGIL_ENV, EventCounter, Measure, Processes, Stats, cpu_since, ensure_database, fmt, reset_schema,
+    start_warm, threads_cpu, tree_pids, wait_checked,
 )
 
 #: the monitors' interval, and the window their fetches are shared in: a round of 1,000 checks takes a few seconds
@@ -128,13 +128,8 @@ def run_interleaved(base: str, n: int, distinct: int, rounds: int, server_pid: i
         ids["alone" if page < n else "shared"].append(monitor_id)
     measured = {case: Measure(case, extra={"rounds": []}) for case in ids}
     try:
-        checks, _ = stats.progress()
-        worker = procs.start("worker", [PYTHON, "-m", "dramatiq", "tasks.main", "--processes", "1", "--threads", "4"],
-                             VIGIL_ENV)
-        scheduler = procs.start("scheduler", [VIGIL, "scheduler"], VIGIL_ENV)
         print("  warm-up round, both cases (not measured) …", flush=True)
-        checks, _ = wait_checked(stats, checks + 2 * n, procs, timeout=max(120, n / 2))
-        os.kill(scheduler.pid, signal.SIGSTOP)
+        worker, scheduler, checks = start_warm(stats, procs, 2 * n, timeout=max(120, n / 2))
         order = [case for block in range((rounds + 1) // 2) for case in ("alone", "shared", "shared", "alone")]
         taken = {case: 0 for case in ids}
         for case in order:
