@@ -30,8 +30,9 @@ from bench.common import (
     seed_page_monitors, versions, wait_listening,
 )
 from bench.pages import served
+from bench.quiet_report import fmt
 from bench.quiet_checks import (
-    PYTHON, VIGIL_ENV, EventCounter, Measure, Processes, Stats, cpu_since, ensure_database, fmt, reset_schema,
+    PYTHON, VIGIL_ENV, EventCounter, Measure, Processes, Stats, cpu_since, ensure_database, reset_schema,
     start_warm, threads_cpu, tree_pids, wait_checked,
 )
 
