@@ -36,7 +36,7 @@ def next_check_at(now: datetime, interval_seconds: int, rng: random.Random | Non
 def toward_slot(now: datetime, interval_seconds: int, spread: float, slot: str) -> float:
     """The jitter, within ±spread, that brings now + interval nearest to a point of `slot`'s grid: on it when one
     is within reach (every check after the first few), else as far toward it as the spread allows."""
-    target = _epoch(now) + interval_seconds
+    target = epoch_seconds(now) + interval_seconds
     away = (slot_phase(slot, interval_seconds) - target) % interval_seconds  # to the next grid point, in [0, interval)
     if away > interval_seconds / 2:
         away -= interval_seconds  # the grid point before is nearer
@@ -57,6 +57,6 @@ def off_busy_minutes(when: datetime) -> datetime:
     return when
 
 
-def _epoch(moment: datetime) -> float:
-    """A naive datetime is UTC, as the tables store times."""
+def epoch_seconds(moment: datetime) -> float:
+    """Seconds since the epoch; a naive datetime is UTC, as the tables store times."""
     return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()

@@ -42,11 +42,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime
 
 from engine.errors import FetchError
 from engine.http import Fetcher, Response, Validators
 from engine.placeholders import has_placeholders
+from engine.schedule import epoch_seconds
 
 #: what one kept answer costs beyond its body, url and headers (the objects around them), for the size bound
 ENTRY_OVERHEAD_BYTES = 256
@@ -69,7 +70,7 @@ class Window:
 
 def window_index(claimed_at: datetime, interval_seconds: int) -> float:
     """Which window of its interval a claim falls in: floor(epoch seconds / interval)."""
-    return _epoch(claimed_at) // max(interval_seconds, 1)
+    return epoch_seconds(claimed_at) // max(interval_seconds, 1)
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ class SharedFetches:
 
     def _keep(self, key: tuple, window: Window, validators: Validators | None, answer: Response | FetchError,
               leading: bool) -> None:
-        kept = _Kept(window.claimed_at, _epoch(window.claimed_at), validators, answer, _size_of(key, answer))
+        kept = _Kept(window.claimed_at, epoch_seconds(window.claimed_at), validators, answer, _size_of(key, answer))
         with self._lock:
             old = self._kept.pop(key, None)
             if old is not None:
@@ -211,11 +212,6 @@ def _usable(kept: _Kept, window: Window, validators: Validators | None) -> Respo
     if validators and answer.validators == validators:  # the 304 the server would answer this check
         return replace(answer, status=304, body=b"", truncated=False)
     return answer
-
-
-def _epoch(moment: datetime) -> float:
-    """A naive datetime is UTC, as the tables store times."""
-    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def _given(found: Response | FetchError) -> Response:
