@@ -121,18 +121,32 @@ class RedisBus:
 
 
 def encoded(events: list[tuple[str, dict]]) -> str:
-    """One user's events as one pub/sub message: a lone event as {"name", "data"}, several as {"events": [[name,
-    data], …]}."""
+    """One user's events as one pub/sub message: a lone event as {"name", "data"}; several as {"rows": [[name,
+    keys, [values], [values], …], …]}, where the events in a row of one name and the same keys (a batch of quiet
+    checks' monitor.updated) are their values alone. The keys are then written once, not once an event: a quiet
+    check's event was 240 bytes, most of them its keys, and those bytes were half of what publishing it cost."""
     if len(events) == 1:
         [(name, data)] = events
         return json.dumps({"name": name, "data": data})
-    return json.dumps({"events": events})
+    rows: list[list] = []
+    last_name, last_keys = None, None
+    for name, data in events:
+        keys = list(data)
+        if name != last_name or keys != last_keys:
+            rows.append([name, keys])
+            last_name, last_keys = name, keys
+        rows[-1].append(list(data.values()))
+    return json.dumps({"rows": rows})
 
 
 def decoded(raw: bytes | str) -> list[tuple[str, dict]]:
-    """The events of one pub/sub message that `encoded` wrote, in order; raises ValueError or KeyError for a
-    message it did not write."""
+    """The events of one pub/sub message that `encoded` wrote, in order; raises ValueError, KeyError or TypeError
+    for a message it did not write. {"events": [[name, data], …]} is read too: what a worker of before 2026-12-03
+    sends while a rolling upgrade has it beside a newer web."""
     message = json.loads(raw)
+    if "rows" in message:
+        return [(name, dict(zip(keys, values, strict=True))) for name, keys, *rows in message["rows"]
+                for values in rows]
     if "events" in message:
         return [(name, data) for name, data in message["events"]]
     return [(message["name"], message["data"])]

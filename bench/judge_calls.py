@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import re
 import sys
 import threading
@@ -44,6 +43,7 @@ from bench.quiet_checks import (  # noqa: E402
     DATABASE_URL, DB_NAME, INTERVAL_SECONDS, PG, PYTHON, VIGIL, VIGIL_ENV, BenchError, EventCounter, Processes,
     Stats, ensure_database, reset_schema, versions,
 )
+from adapters.events import decoded  # noqa: E402
 from bench.common import failed, figure, hold_signals, prepare, publish, record, seed_page_monitors  # noqa: E402
 from tests.judge_server import JudgeServer  # noqa: E402
 
@@ -165,14 +165,15 @@ class MonitorEvents(EventCounter):
     def _run(self) -> None:
         with contextlib.suppress(Exception):  # close() ends the subscription from another thread
             for message in self._pubsub.listen():
-                if b'"monitor.updated"' in message["data"]:
-                    monitor_id = json.loads(message["data"])["data"]["monitor_id"]
+                for name, data in decoded(message["data"]):  # a message may carry several (a batch's checks)
+                    if name != "monitor.updated":
+                        continue
                     with self._lock:
-                        if monitor_id not in self.ids:
+                        if data["monitor_id"] not in self.ids:
                             self.foreign += 1
                             continue
                         self.count += 1
-                        self.seen.add(monitor_id)
+                        self.seen.add(data["monitor_id"])
 
     def new_round(self) -> None:
         with self._lock:

@@ -46,6 +46,7 @@ from bench.common import (  # noqa: E402,F401  (some re-exported: the other benc
     clean_up, command_cpu, ensure_database, failed, figure, free_port, prepare, publish, record, reset_schema,
     seed_page_monitors, threads_cpu, cpu_since, tree_cpu, tree_pids, tree_size, versions, wait_listening,
 )
+from adapters.events import decoded  # noqa: E402
 from bench.pages import PAGE_BYTES, not_modified, page_etag, page_html, served  # noqa: E402
 from engine.content import html_to_text  # noqa: E402
 
@@ -230,7 +231,7 @@ class EventCounter:
     def _run(self) -> None:
         with contextlib.suppress(redis.ConnectionError, OSError, ValueError):  # close() cuts the connection
             for message in self._pubsub.listen():
-                seen = message["data"].count(b'"monitor.updated"')  # a message may carry several (adapters.events)
+                seen = sum(name == "monitor.updated" for name, _ in decoded(message["data"]))  # several a message
                 if seen:
                     self.count += seen
                     self.last_at = datetime.now(timezone.utc).replace(tzinfo=None)
