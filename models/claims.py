@@ -25,7 +25,10 @@ def claim_due(now: datetime, limit: int) -> list[tuple[str, int]]:
         query = (Monitor.select(Monitor.id, Monitor.claim_seq, Monitor.interval_seconds, Monitor.source)
                  .where((Monitor.status == ACTIVE) & Monitor.polled & (Monitor.next_check_at <= now)
                         & (Monitor.expires_at > now))
-                 .order_by(Monitor.next_check_at).limit(limit))
+                 # monitors due at the same moment by source: a limit then splits no url's monitors but the last
+                 # one's (they share one fetch and a quiet outcome, tasks/checks.same_inputs); a tie is common, as
+                 # one url's monitors fall due on its slot (engine/schedule.toward_slot) and a backlog is all due
+                 .order_by(Monitor.next_check_at, Monitor.source).limit(limit))
         if database.for_update:
             query = query.for_update(skip_locked=True)
         rows = list(query.tuples())
@@ -141,14 +144,21 @@ class Claimed:
 STATE_INLINE_CHARS = 1024
 
 
+#: The claim read. A source and check as stored are kilobytes that many claimed monitors may hold alike, with the
+#: same digests of the page (monitors of one page, tasks/checks.same_inputs): the first row of each such group (the
+#: lowest id) carries them, the others only that monitor's id, and share its strings. That was about a third of
+#: what such a row cost to read, and their hashes and comparisons in a batch are then each done once.
+_SHARED = "CASE WHEN first_value(m.id) OVER same = m.id THEN {} END"
 _CLAIMED_SQL = (
-    'SELECT m.id, m.claim_seq, m.user_id, c.external_id, m.status, m.source, m."check", m.raw_hash, '
-    f"m.content_hash, CASE WHEN length(m.check_state) <= {STATE_INLINE_CHARS} THEN m.check_state END, "
+    "SELECT m.id, m.claim_seq, m.user_id, c.external_id, m.status, "
+    + ", ".join(_SHARED.format(column) for column in ("m.source", 'm."check"', "m.raw_hash", "m.content_hash"))
+    + f", CASE WHEN length(m.check_state) <= {STATE_INLINE_CHARS} THEN m.check_state END, "
     "m.last_error, m.failure_count, m.check_count, m.last_checked_at, "
     "m.max_wakes - m.wakes_used, m.unreachable_since, m.prev_checked_at, m.last_changed_at, m.interval_seconds, "
-    "m.etag, m.last_modified, m.check_state IS NOT NULL "
+    "m.etag, m.last_modified, m.check_state IS NOT NULL, first_value(m.id) OVER same "
     "FROM monitors m JOIN conversations c ON c.id = m.conversation_id "
-    "WHERE m.status = 'active' AND m.id IN ({ids})")
+    "WHERE m.status = 'active' AND m.id IN ({ids}) "
+    'WINDOW same AS (PARTITION BY m.source, m."check", m.raw_hash, m.content_hash ORDER BY m.id)')
 
 
 def load_claimed(claims: list[tuple[str, int]]) -> list[Claimed]:
@@ -159,13 +169,16 @@ def load_claimed(claims: list[tuple[str, int]]) -> list[Claimed]:
     if not wanted:
         return []
     sql = _CLAIMED_SQL.format(ids=", ".join([database.param] * len(wanted)))
+    rows = database.execute_sql(sql, list(wanted)).fetchall()
+    shared = {row[0]: row[5:9] for row in rows if row[5] is not None}  # by the id of its group's first row
     found = {}
     as_text = isinstance(database.obj, peewee.SqliteDatabase)  # PostgreSQL's rows hold datetimes already
-    for row in database.execute_sql(sql, list(wanted)).fetchall():
+    for row in rows:
         if row[1] == wanted[row[0]]:
             if as_text:
                 row = [*row[:13], *[as_time(value) for value in row[13:18]], *row[18:]]  # row[14]: a number
-            found[row[0]] = Claimed(*row[:14], max(row[14], 0), *row[15:21], bool(row[21]))
+            found[row[0]] = Claimed(*row[:5], *shared[row[22]], *row[9:14], max(row[14], 0), *row[15:21],
+                                    bool(row[21]))
     return [found[monitor_id] for monitor_id in wanted if monitor_id in found]
 
 

@@ -256,3 +256,23 @@ def test_a_miss_is_not_written_when_the_deadline_moved_after_it_was_read(either_
         wakes = Wake.select().count()
     assert not recorded.written and wakes == 0 and events == 0
     assert row.expect_due_at == moved and row.wakes_used == 0 and row.claim_seq == stale.claim_seq
+
+
+def test_claimed_monitors_read_their_own_texts_when_the_first_of_a_pair_is_not_current(either_database):
+    """The claim read sends a source and check once for the monitors holding them alike (models/claims)."""
+    from models.claims import load_claimed
+
+    with db():
+        first, second, third = (a_monitor(chat, name) for chat, name in (("chat-a", "a first"), ("chat-b", "b same"),
+                                                                          ("chat-c", "c other")))
+        fourth = a_monitor("chat-d", "d digest")
+        Monitor.update(check={"type": "every_call", "note": "other"}).where(Monitor.id == third.id).execute()
+        Monitor.update(raw_hash="ab" * 32).where(Monitor.id.in_([first.id, second.id])).execute()
+        Monitor.update(raw_hash="cd" * 32).where(Monitor.id == fourth.id).execute()
+        claimed = load_claimed([(third.id, 0), (fourth.id, 0), (second.id, 0), (first.id, 7)])  # first's: stale
+    assert [(m.id, m.conversation_external_id) for m in claimed] == [(third.id, "chat-c"), (fourth.id, "chat-d"),
+                                                                      (second.id, "chat-b")]
+    assert claimed[2].source == {"type": "webhook"} and claimed[2].check == {"type": "every_call"}
+    assert claimed[0].check == {"type": "every_call", "note": "other"}
+    assert [m.raw_hash for m in claimed] == ["", "cd" * 32, "ab" * 32]
+    assert claimed[2].state() == {"seen": [1, 2]} and claimed[2].last_checked_at is None
