@@ -68,8 +68,10 @@ class Window:
         return window_index(self.claimed_at, self.interval_seconds)
 
 
+@functools.lru_cache(maxsize=256)
 def window_index(claimed_at: datetime, interval_seconds: int) -> float:
-    """Which window of its interval a claim falls in: floor(epoch seconds / interval)."""
+    """Which window of its interval a claim falls in: floor(epoch seconds / interval). Remembered: the claims of
+    one tick share one time, so a batch asks this of a few times, once a check (tasks/checks.same_inputs)."""
     return epoch_seconds(claimed_at) // max(interval_seconds, 1)
 
 

@@ -8,6 +8,7 @@ import logging
 import math
 from collections import Counter
 from dataclasses import replace
+from datetime import datetime
 
 import dramatiq
 
@@ -104,7 +105,7 @@ def check_monitors(claims: list[list]) -> None:
     counts: Counter = Counter()  # the metric's file is written once per kind a batch, not once per check
     alike: dict[tuple, tuple] = {}  # this batch's quiet outcomes by what decided them (same_inputs, read_after)
     try:
-        for monitor in load_claimed([(monitor_id, seq) for monitor_id, seq in claims]):
+        for monitor in latest_first(load_claimed([(monitor_id, seq) for monitor_id, seq in claims])):
             outcome, recorded, full = check_one(runtime, monitor, alike)
             if not recorded.written:
                 continue
@@ -117,6 +118,28 @@ def check_monitors(claims: list[list]) -> None:
         publish_quiet(quiet)
         for (kind, unreachable), times in counts.items():
             count_check(kind, unreachable, times)
+
+
+def latest_first(monitors: list[Claimed]) -> list[Claimed]:
+    """The batch with the monitors of one source together, each group latest previous claim first: a quiet
+    outcome serves the checks whose previous claim is no later than its own (read_after), so the group's first
+    check decides for all of them. Otherwise a group whose first check happened to have the earliest previous
+    claim ran its check once more for every later one. Groups keep the claim order (by url) among themselves."""
+    groups: dict[str, list[Claimed]] = {}
+    for monitor in monitors:
+        groups.setdefault(monitor.source_text, []).append(monitor)
+    if len(groups) == len(monitors):
+        return monitors
+    ordered = []
+    for group in groups.values():
+        if len(group) > 1:
+            group.sort(key=_previous_claim, reverse=True)  # stable: equal claims keep their order
+        ordered.extend(group)
+    return ordered
+
+
+def _previous_claim(monitor: Claimed) -> datetime:
+    return monitor.prev_checked_at or datetime.min  # none at all: any answer of its window serves it, so last
 
 
 def check_one(runtime: Runtime, monitor: Claimed, alike: dict | None = None
