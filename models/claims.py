@@ -157,7 +157,7 @@ _CLAIMED_SQL = (
     "m.max_wakes - m.wakes_used, m.unreachable_since, m.prev_checked_at, m.last_changed_at, m.interval_seconds, "
     "m.etag, m.last_modified, m.check_state IS NOT NULL, first_value(m.id) OVER same "
     "FROM monitors m JOIN conversations c ON c.id = m.conversation_id "
-    "WHERE m.status = 'active' AND m.id IN ({ids}) "
+    "WHERE m.status = 'active' AND {ids} "
     'WINDOW same AS (PARTITION BY m.source, m."check", m.raw_hash, m.content_hash ORDER BY m.id)')
 
 
@@ -168,8 +168,12 @@ def load_claimed(claims: list[tuple[str, int]]) -> list[Claimed]:
     wanted = dict(claims)
     if not wanted:
         return []
-    sql = _CLAIMED_SQL.format(ids=", ".join([database.param] * len(wanted)))
-    rows = database.execute_sql(sql, list(wanted)).fetchall()
+    if isinstance(database.obj, peewee.PostgresqlDatabase):
+        # the ids as one parameter: psycopg2 quotes each parameter on its own, ~1 µs apiece (ids hold no comma)
+        sql, params = _CLAIMED_SQL.format(ids="m.id = ANY(string_to_array(%s, ','))"), [",".join(wanted)]
+    else:
+        sql, params = _CLAIMED_SQL.format(ids=f"m.id IN ({', '.join([database.param] * len(wanted))})"), list(wanted)
+    rows = database.execute_sql(sql, params).fetchall()
     shared = {row[0]: row[5:9] for row in rows if row[5] is not None}  # by the id of its group's first row
     found = {}
     as_text = isinstance(database.obj, peewee.SqliteDatabase)  # PostgreSQL's rows hold datetimes already
