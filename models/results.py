@@ -73,7 +73,10 @@ def _record_quiet(monitor, claim_seq: int, outcome: Outcome) -> Recorded:
         fields.update({Monitor.last_error: "", Monitor.failure_count: 0, Monitor.unreachable_since: None})
     if fields and not _claimed_update(monitor, claim_seq, fields, bump=False):
         return Recorded(False)
-    return Recorded(True)
+    return _WRITTEN
+
+
+_WRITTEN = Recorded(True)  # frozen: every quiet check that wrote shares it (one fewer object a check)
 
 
 def _record_error(monitor: Monitor, claim_seq: int, outcome: Outcome, now: datetime, life: Lifecycle) -> Recorded:
