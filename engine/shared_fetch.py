@@ -24,10 +24,12 @@ gets the 304 the server would have given it (nothing read or hashed). A 304 neve
 validators differ: it fetches for itself.
 
 Beyond the GET: the scheduler steers the monitors of one url onto one slot (engine/schedule.py), so they fall due in
-the same tick; the claim sorts them by url and counts them as one fetch when it cuts messages (tasks/checks.batches),
-and in a batch a check whose inputs are all the same as a quiet one's before it takes that outcome instead of
-running the pipeline again (tasks/checks.same_inputs). So the monitors after the first of a url cost their claim,
-their event and their record, not a check.
+the same tick; the claim takes monitors due at the same moment by source (so its limit splits no url's monitors but
+the last one's), sorts them by url and counts them as one fetch when it cuts messages (tasks/checks.batches). In a
+batch each source's monitors run latest previous claim first, and a check whose inputs are all the same as a quiet
+one's before it takes that outcome instead of running the pipeline again (tasks/checks.same_inputs); the claim read
+sends such monitors' source, check and digests once (models/claims). So the monitors after the first of a url cost
+their claim, their event and their record, not a check.
 
 One SharedFetches per worker process (threads share it, and a thread waits for another already fetching the same
 request); with N worker processes at most N GETs go out per distinct request per window. It is a plain object
