@@ -8,7 +8,7 @@ flushed, N quiet monitors), then in THIS process:
 
 1. breakdown: the check_monitor actor body run sequentially in one thread, between the
    DatabaseConnection middleware's connect/close, with thread CPU time (time.thread_time) summed per
-   step: load_for_check, Fetcher.get (and inside it: _Deadline, the session GET, reading the body),
+   step: load_for_check, Fetcher.get (and inside it: Deadline, the session GET, reading the body),
    sha256, record_check, publish_monitor. No profiler, so the numbers are not inflated.
 2. worker: the real dramatiq Worker (RedisBroker from tasks.main, 4 threads) consuming the messages the
    real scheduler tick sent, with cProfile (timer: thread CPU time) running in every consumer and
@@ -79,6 +79,7 @@ def claim_all(n: int) -> int:
 
 def breakdown(stats: Stats, n: int) -> str:
     import engine.http as http
+    import engine.wire as wire
     import tasks.checks as checks
     from models import connection, database, utcnow
     from models.claims import claim_due
@@ -89,11 +90,11 @@ def breakdown(stats: Stats, n: int) -> str:
     wrapped = [(checks, "load_claimed", "load_claimed (one query per batch)"), (checks, "run_check", "run_check"),
                (http.Fetcher, "get", "  Fetcher.get"),
                (http, "check_url", "    check_url"),
-               (http._Deadline, "__init__", "    _Deadline.__init__"),
-               (http._Deadline, "__enter__", "    _Deadline.__enter__ (arms the overall deadline)"),
+               (wire.Deadline, "__init__", "    Deadline.__init__"),
+               (wire.Deadline, "__enter__", "    Deadline.__enter__ (arms the overall deadline)"),
                (http.Fetcher, "_send", "    Fetcher._send (request sent, status line and headers read)"),
                (http.Fetcher, "_finish", "    Fetcher._finish (read body, build Response)"),
-               (http._Deadline, "__exit__", "    _Deadline.__exit__"),
+               (wire.Deadline, "__exit__", "    Deadline.__exit__"),
                (pipeline, "raw_digest", "  raw_digest (sha256, remembered for a shared body)"),
                (checks, "record_check", "record_check"), (checks, "publish_quiet", "publish_quiet (one pipeline per batch)"),
                (peewee.Database, "execute", "load_claimed + record_check: peewee Database.execute (build SQL + run)"),

@@ -14,7 +14,7 @@ from urllib.parse import quote, unquote
 
 import pytest
 
-import engine.http
+import engine.wire
 from engine.http import BlockedURL, FetchPolicy, Fetcher
 from models.tables import Monitor
 from tests.integration.helpers import db, monitor_row, tool
@@ -224,9 +224,9 @@ def rebinder(monkeypatch, site):
     """Patches the two network primitives the fetcher uses: the resolver and the socket connect."""
     def make(answers: list[str]) -> Rebinder:
         rebinder = Rebinder(answers, port_of(site))
-        real_lookup, real_connect = socket.getaddrinfo, engine.http.create_connection
+        real_lookup, real_connect = socket.getaddrinfo, engine.wire.create_connection
         monkeypatch.setattr(socket, "getaddrinfo", lambda *a, **k: rebinder.lookup(real_lookup, *a, **k))
-        monkeypatch.setattr(engine.http, "create_connection", lambda *a, **k: rebinder.connect(real_connect, *a, **k))
+        monkeypatch.setattr(engine.wire, "create_connection", lambda *a, **k: rebinder.connect(real_connect, *a, **k))
         return rebinder
     return make
 
