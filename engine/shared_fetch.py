@@ -72,8 +72,8 @@ class Window:
 
 @functools.lru_cache(maxsize=256)
 def window_index(claimed_at: datetime, interval_seconds: int) -> float:
-    """Which window of its interval a claim falls in: floor(epoch seconds / interval). Remembered: the claims of
-    one tick share one time, so a batch asks this of a few times, once a check (tasks/checks.same_inputs)."""
+    """Which window of its interval a claim falls in: floor(epoch seconds / interval). Remembered: every check of a
+    batch asks it (tasks/checks.same_inputs), and the claims of one tick share one time."""
     return epoch_seconds(claimed_at) // max(interval_seconds, 1)
 
 

@@ -168,7 +168,8 @@ def load_claimed(claims: list[tuple[str, int]]) -> list[Claimed]:
     wanted = dict(claims)
     if not wanted:
         return []
-    if isinstance(database.obj, peewee.PostgresqlDatabase):
+    on_postgres = isinstance(database.obj, peewee.PostgresqlDatabase)
+    if on_postgres:
         # the ids as one parameter: psycopg2 quotes each parameter on its own, ~1 µs apiece (ids hold no comma)
         sql, params = _CLAIMED_SQL.format(ids="m.id = ANY(string_to_array(%s, ','))"), [",".join(wanted)]
     else:
@@ -176,10 +177,9 @@ def load_claimed(claims: list[tuple[str, int]]) -> list[Claimed]:
     rows = database.execute_sql(sql, params).fetchall()
     shared = {row[0]: row[5:9] for row in rows if row[5] is not None}  # by the id of its group's first row
     found = {}
-    as_text = isinstance(database.obj, peewee.SqliteDatabase)  # PostgreSQL's rows hold datetimes already
     for row in rows:
         if row[1] == wanted[row[0]]:
-            if as_text:
+            if not on_postgres:  # SQLite hands timestamps back as text; PostgreSQL's rows hold datetimes already
                 row = [*row[:13], *[as_time(value) for value in row[13:18]], *row[18:]]  # row[14]: a number
             found[row[0]] = Claimed(*row[:5], *shared[row[22]], *row[9:14], max(row[14], 0), *row[15:21],
                                     bool(row[21]))
