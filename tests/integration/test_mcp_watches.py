@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from engine.schedule import JITTER_FRACTION, MAX_JITTER_SECONDS
 from models.tables import McpConnection, Monitor
 from tasks import mcp
 from tests.integration.helpers import db, login, monitor_row, tool, wakes
@@ -31,6 +32,14 @@ def watch(client, token: str, tool_name: str, arguments: dict, expr: str = "data
         "description": f"{tool_name} says closed", "note": "Tell the user the ticket closed.",
         "source": {"type": "tool", "connection": "tickets", "tool": tool_name, "arguments": arguments},
         "check": {"type": "cel", "expr": expr}, **extra}).json()
+
+
+def past_next_poll(monitor_id: str) -> int:
+    """Seconds ahead that pass a watch's next poll however it was jittered: its interval, the most jitter, and the
+    minute a poll that would land on minute :00 or :30 is moved by (engine/schedule.off_busy_minutes). 1,000 s
+    fell short of that when the poll fell in such a minute: the test then failed ~15 minutes before one."""
+    interval = monitor_row(monitor_id).interval_seconds
+    return interval + int(min(interval * JITTER_FRACTION, MAX_JITTER_SECONDS)) + 61
 
 
 def forget_listings() -> None:
@@ -77,7 +86,7 @@ def test_a_read_only_tool_arms_at_once_and_fires_once_through_the_scheduler(clie
     assert run_due_checks(1) == 1 and server.calls["get_status"] == 1  # the first poll: open, quiet
     assert wakes() == []
     server.status = "closed"
-    run_due_checks(1000)
+    run_due_checks(past_next_poll(body["result"]["monitor_id"]))
     [wake] = wakes(body["result"]["monitor_id"])
     assert "closed" in wake.content and wake.content.endswith("Tell the user the ticket closed.")
     assert monitor_row(body["result"]["monitor_id"]).status == "done"
@@ -123,13 +132,13 @@ def test_a_changed_input_schema_ends_the_watch_and_tells_once(client, owner, ser
     run_due_checks(1)
     server.reshape_get_status()
     forget_listings()
-    run_due_checks(1000)
+    run_due_checks(past_next_poll(monitor_id))
     monitor = monitor_row(monitor_id)
     assert monitor.status == "error" and "changed since it was armed" in monitor.last_error
     [told] = wakes(monitor_id)
     assert told.metadata["wake"]["source"] == "monitor_error"
     calls = server.calls["get_status"]
-    run_due_checks(1000)
+    run_due_checks(past_next_poll(monitor_id))
     assert server.calls["get_status"] == calls and len(wakes(monitor_id)) == 1
 
 
