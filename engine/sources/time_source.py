@@ -38,7 +38,12 @@ def parse_time(value: object) -> datetime:
                         "2026-12-01T17:00:00Z or 2026-12-01T18:00:00+01:00.") from None
     if when.tzinfo is not None:
         when = when.astimezone(timezone.utc).replace(tzinfo=None)
-    return when.replace(microsecond=0)
+    return whole_second_up(when)
+
+
+def whole_second_up(when: datetime) -> datetime:
+    """`when` on a whole second, rounded up: a time watch stores and fires on whole seconds, and never early."""
+    return when if not when.microsecond else when.replace(microsecond=0) + timedelta(seconds=1)
 
 
 def format_time(when: datetime) -> str:
@@ -46,8 +51,8 @@ def format_time(when: datetime) -> str:
 
 
 def fire_time(spec: SourceSpec, now: datetime) -> datetime:
-    """When the watch fires: its fire_at, or now plus its delay."""
-    return parse_time(spec.fire_at) if spec.fire_at else now + timedelta(seconds=spec.delay)
+    """When the watch fires: its fire_at, or now plus its delay, on a whole second (rounded up)."""
+    return parse_time(spec.fire_at) if spec.fire_at else whole_second_up(now + timedelta(seconds=spec.delay))
 
 
 def lateness_seconds(fire_at: datetime, now: datetime) -> float:
