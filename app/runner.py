@@ -19,6 +19,7 @@ from litestar.params import FromPath, FromQuery, JSONBody
 
 from app.auth import bearer_token
 from models import connection, utcnow
+from models.db import retry_locked
 from models.commands import MAX_RECORDS_PER_POST, RecordRefused, store_records, store_result, work_for
 from models.devices import AnotherRunner, PairingError, check_in, device_for_token, pair
 from models.monitors import load_for_check
@@ -183,6 +184,12 @@ class RecordTooLarge(ValidationException):
 
 
 def _store_records(request: Request, run_id: str, records: list[dict]) -> Response:
+    """Numbered records are stored once whatever is sent again, so a unit of work that met SQLite's write lock
+    simply runs again here: the runner never sees a 503 for it."""
+    return retry_locked(_store_records_once, request, run_id, records)
+
+
+def _store_records_once(request: Request, run_id: str, records: list[dict]) -> Response:
     runtime = current()
     with connection():
         device = _device(request)
@@ -208,6 +215,11 @@ def _publish_records(stored, device) -> None:
 
 
 def _store_result(request: Request, run_id: str, exit_code, output: str, timed_out: bool) -> Response:
+    """Stored once (a repeat is recognised), so the lock is waited out here as for records."""
+    return retry_locked(_store_result_once, request, run_id, exit_code, output, timed_out)
+
+
+def _store_result_once(request: Request, run_id: str, exit_code, output: str, timed_out: bool) -> Response:
     limit = current().settings.FETCH_MAX_TEXT_BYTES
     with connection():
         device = _device(request)

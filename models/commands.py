@@ -218,7 +218,10 @@ class Stored:
 
 
 def store_records(device: Device, run_id: str, records: list[dict], now: datetime, life: Lifecycle) -> Stored:
-    """Each (run, seq) stored once, in order, in one transaction with its wakes; the highest contiguous seq."""
+    """Each (run, seq) stored once, in order, in one transaction with its wakes; the highest contiguous seq.
+    The lines each record wakes with are picked before the transaction: a regex or CEL filter over a big batch
+    is no work to hold SQLite's one write lock (or the run's row lock) for."""
+    picks = _picks(device, run_id, records)
     with database.atomic():
         run = _locked_run(device, run_id)
         monitor = load_for_check(run.monitor_id)
@@ -238,6 +241,17 @@ def store_records(device: Device, run_id: str, records: list[dict], now: datetim
     return stored
 
 
+def _picks(device: Device, run_id: str, records: list[dict]) -> dict[int, list[str]]:
+    """seq -> the lines of that `lines` record that wake, by the monitor's filter (none for an unknown run)."""
+    row = (Monitor.select(Monitor.check).join(CommandRun, on=(CommandRun.monitor == Monitor.id))
+           .where((CommandRun.id == run_id) & (CommandRun.device == device)).first())
+    if row is None:
+        return {}
+    check = check_from_record(row.check)
+    return {record["seq"]: waking_lines(check, record.get("lines") or []) for record in records
+            if record["kind"] == "lines"}
+
+
 def _locked_run(device: Device, run_id: str) -> CommandRun:
     query = CommandRun.select().where((CommandRun.id == run_id) & (CommandRun.device == device))
     if database.for_update:
@@ -251,7 +265,7 @@ def _locked_run(device: Device, run_id: str) -> CommandRun:
 
 
 def _store_one(run: CommandRun, monitor: Monitor, record: dict, now: datetime, life: Lifecycle,
-               stored: Stored) -> None:
+               stored: Stored, picked: list[str] | None = None) -> None:
     kind = record["kind"]
     lines = record.get("lines") or []
     RunRecord.create(run=run.id, seq=record["seq"], kind=kind, lines=len(lines), received_at=now)
@@ -266,7 +280,7 @@ def _store_one(run: CommandRun, monitor: Monitor, record: dict, now: datetime, l
     if not live:
         return  # the owner stopped it meanwhile: stored (so the runner moves on), not woken
     if kind == "lines":
-        picked = waking_lines(check_from_record(monitor.check), lines)
+        picked = waking_lines(check_from_record(monitor.check), lines) if picked is None else picked
         text = lines_text(monitor.description, picked) if picked else ""
     else:
         text = notice_text(monitor.description, str(record.get("text", "")))

@@ -3,20 +3,24 @@
 from __future__ import annotations
 
 import json
+import threading
 import time
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
 import peewee
-from playhouse.db_url import connect, parse
+from playhouse.db_url import parse
 from playhouse.pool import MaxConnectionsExceeded, PooledPostgresqlDatabase
 from psycopg2.extensions import TRANSACTION_STATUS_UNKNOWN
 
 #: The one database handle every model uses; `bind(url)` points it at a real database.
 database = peewee.DatabaseProxy()
 
-_SQLITE_PRAGMAS = {"journal_mode": "wal", "busy_timeout": 10000, "foreign_keys": 1,
+#: how long a unit of work waits for SQLite's write lock (this process's writers queue on a lock of their own
+#: first; this covers another process, such as a CLI command, holding the file's lock)
+SQLITE_WRITE_WAIT_SECONDS = 30.0
+_SQLITE_PRAGMAS = {"journal_mode": "wal", "busy_timeout": int(SQLITE_WRITE_WAIT_SECONDS * 1000), "foreign_keys": 1,
                    "synchronous": "normal"}
 
 
@@ -25,7 +29,8 @@ def bind(url: str, max_connections: int = 32) -> peewee.Database:
     bounds PostgreSQL's pool (DATABASE_MAX_CONNECTIONS)."""
     if url.startswith("sqlite:///"):
         Path(url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        db = connect(url, pragmas=_SQLITE_PRAGMAS, autoconnect=False, check_same_thread=False)
+        db = EmbeddedSqlite(url[len("sqlite:///"):], pragmas=_SQLITE_PRAGMAS, autoconnect=False,
+                            check_same_thread=False)
     else:
         # connect_timeout: a host that drops packets fails a connect in 10 s instead of hanging it (a URL's
         # ?connect_timeout= wins)
@@ -33,6 +38,76 @@ def bind(url: str, max_connections: int = 32) -> peewee.Database:
                             max_connections=max_connections, stale_timeout=300, timeout=10)
     database.initialize(db)
     return db
+
+
+class EmbeddedSqlite(peewee.SqliteDatabase):
+    """Embedded mode's database: SQLite, written by one transaction at a time, and every writer waits its turn.
+
+    SQLite has one writer per file. A deferred transaction (plain BEGIN) that reads and then writes cannot wait
+    for the write lock: when another connection wrote meanwhile it fails at once with "database is locked",
+    whatever the busy timeout. So every transaction here begins IMMEDIATE (it takes the write lock at BEGIN,
+    where SQLite's busy handler does wait), and this process's transactions first queue on a lock of their own,
+    so its threads (web requests, the in-process worker, the scheduler) take turns in order instead of polling
+    the file's lock. A transaction must therefore hold no slow work (a fetch, a judge call, a regex over a body,
+    CEL): that is done before BEGIN, and the write checks that what it read is still current.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, lock_type="IMMEDIATE", **kwargs)
+        self._writer = threading.Lock()
+        self._holds = threading.local()  # whether this thread's transaction holds `_writer`
+
+    def begin(self, lock_type=None):
+        if not self._writer.acquire(timeout=SQLITE_WRITE_WAIT_SECONDS):
+            raise peewee.OperationalError(f"database is locked: no turn to write in {SQLITE_WRITE_WAIT_SECONDS:.0f} s")
+        self._holds.writer = True
+        try:
+            super().begin(lock_type)
+        except BaseException:
+            self._let_go()
+            raise
+
+    def commit(self):
+        try:
+            super().commit()
+        finally:
+            self._let_go()
+
+    def rollback(self):
+        try:
+            super().rollback()
+        finally:
+            self._let_go()
+
+    def _close(self, conn):
+        self._let_go()  # a connection closed mid-transaction (its thread failed) leaves no writer waiting on it
+        super()._close(conn)
+
+    def _let_go(self) -> None:
+        if getattr(self._holds, "writer", False):
+            self._holds.writer = False
+            self._writer.release()
+
+
+def locked(exc: BaseException) -> bool:
+    """Whether `exc` is SQLite's "database is locked" (or busy): the same unit of work can simply run again."""
+    text = str(exc)
+    return isinstance(exc, peewee.OperationalError) and ("database is locked" in text or "database is busy" in text)
+
+
+def retry_locked(work, *args, deadline_seconds: float = 120.0):
+    """`work(*args)`, run again (with a short pause) while SQLite answers "database is locked", up to the deadline.
+    For units of work that are idempotent (a runner's numbered records, a result): the caller never sees the lock."""
+    give_up = time.monotonic() + deadline_seconds
+    pause = 0.05
+    while True:
+        try:
+            return work(*args)
+        except peewee.OperationalError as exc:
+            if not locked(exc) or time.monotonic() + pause > give_up:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
 
 
 class PooledPostgres(PooledPostgresqlDatabase):
