@@ -3,13 +3,21 @@ chaining (a run woken by a monitor may arm one more; that one's wake may arm non
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
+import peewee
+
 from engine.spec import Limits, MonitorSpec
+from models.db import database
 from models.tables import NOT_ENDED, Conversation, Monitor, User, Wake
 
 #: a monitor armed by a woken run has depth 1; a run it wakes may arm nothing more
 MAX_DEPTH = 1
+#: seed 001's guard, word for word
+ONE_MORE = ("A run that was itself woken by a monitor may arm one more monitor (depth 1); chaining further is "
+            "refused, so watch → wake → watch → wake loops cannot run away.")
 
 
 class GuardrailRefused(ValueError):
@@ -50,4 +58,29 @@ def with_lineage(user: User, spec: MonitorSpec, woken_by: int | None) -> Monitor
         raise GuardrailRefused("This run was woken by a monitor that a woken run armed; monitors chain one level "
                                "deep, so no further monitor can be armed from here. Tell the user what you found "
                                "instead.")
+    if _has_child(woken_by):
+        raise GuardrailRefused(already_chained(woken_by))
     return replace(spec, parent_message_id=woken_by, depth=depth)
+
+
+def already_chained(woken_by: int) -> str:
+    return (f"This run already armed its one more monitor from the wake context.woken_by {woken_by}. {ONE_MORE} "
+            "Tell the user what you found instead.")
+
+
+def _has_child(woken_by: int) -> bool:
+    return Monitor.select(Monitor.id).where(Monitor.parent_message_id == woken_by).exists()
+
+
+@contextmanager
+def one_per_wake(woken_by: int | None) -> Iterator[None]:
+    """Around a monitor's insert: the database's word on a wake's one more monitor (m0023's unique index on
+    monitors.parent_message_id). Two creates with the same woken_by that both passed with_lineage race here; the
+    second is refused as with_lineage would have refused it."""
+    try:
+        with database.atomic():
+            yield
+    except peewee.IntegrityError:
+        if woken_by is None or not _has_child(woken_by):
+            raise
+        raise GuardrailRefused(already_chained(woken_by)) from None

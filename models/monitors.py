@@ -15,6 +15,7 @@ from models.compiled import Compiled
 from models.db import database, iso, utcnow
 from models.documents import watch_key
 from models.events import record_event
+from models.guardrails import one_per_wake
 from models.results import validator_values, write_wake
 from models.runs import stop_runs
 from models.triggers import revoke
@@ -69,13 +70,14 @@ def create_event_monitor(user: User, conversation: Conversation, spec: MonitorSp
 
 def _create(user: User, conversation: Conversation, spec: MonitorSpec, now: datetime, **fields) -> Monitor:
     record = spec_to_record(spec)
-    monitor = Monitor.create(
-        id=uuid.uuid4().hex, user=user, conversation=conversation, description=spec.description,
-        source=record["source"], check=record["check"], on_match=spec.on_match,
-        interval_seconds=spec.interval_seconds, max_wakes=spec.max_wakes, status=ACTIVE,
-        expires_at=now + timedelta(seconds=spec.ttl_seconds), condition=spec.condition,
-        judge_model=spec.judge_model, note=spec.note, parent_message_id=spec.parent_message_id, depth=spec.depth,
-        created_at=now, updated_at=now, **fields)
+    with one_per_wake(spec.parent_message_id):  # a woken run's second monitor, raced past with_lineage, is refused
+        monitor = Monitor.create(
+            id=uuid.uuid4().hex, user=user, conversation=conversation, description=spec.description,
+            source=record["source"], check=record["check"], on_match=spec.on_match,
+            interval_seconds=spec.interval_seconds, max_wakes=spec.max_wakes, status=ACTIVE,
+            expires_at=now + timedelta(seconds=spec.ttl_seconds), condition=spec.condition,
+            judge_model=spec.judge_model, note=spec.note, parent_message_id=spec.parent_message_id,
+            depth=spec.depth, created_at=now, updated_at=now, **fields)
     if monitor.baseline:  # a polled monitor's first check, at create
         record_event(monitor, "baseline", monitor.baseline, now, {"reason": f"The first check: {monitor.baseline}."})
     else:

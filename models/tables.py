@@ -107,8 +107,9 @@ class Monitor(BaseModel):
     device_id = peewee.IntegerField(null=True, index=True)
     #: seed 001's note, replayed verbatim in every wake (m0009)
     note = peewee.TextField(default="")
-    #: depth-1 chaining (m0010): the wake message whose run armed this monitor, and the chain's depth
-    parent_message_id = peewee.IntegerField(null=True)
+    #: depth-1 chaining (m0010): the wake message whose run armed this monitor, and the chain's depth; unique
+    #: (m0023): that run arms one monitor
+    parent_message_id = peewee.IntegerField(null=True, unique=True)
     depth = peewee.IntegerField(default=0)
     #: a document watch's "<user id>:<item_type>:<item_id>" (m0011): a write queues these monitors' checks
     watch_key = peewee.CharField(max_length=300, null=True, index=True)

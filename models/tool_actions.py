@@ -117,6 +117,14 @@ def prepare_create(user: User, conversation: Conversation, arguments: object, ct
     spec, notes, dry_run, _ = validate_create(user, conversation, arguments, ctx, woken_by)
     if dry_run:  # models/dry_run.py answers it, through the monitor tool
         raise ToolError("dry_run works through the monitor tool's monitor_create; leave it out here.")
+    try:
+        return _create_now(user, conversation, spec, notes, ctx, now)
+    except GuardrailRefused as exc:  # another create from the same wake got there first (one_per_wake)
+        raise LimitReached(str(exc)) from None
+
+
+def _create_now(user: User, conversation: Conversation, spec: MonitorSpec, notes: list[str], ctx: CreateContext,
+                now: datetime) -> Prepared | tuple:
     if spec.source.type == "webhook":
         return _create_trigger(user, conversation, spec, notes, ctx, now)
     if spec.source.type == "approval":
@@ -195,9 +203,12 @@ def store_create(prepared: Prepared, outcome: Outcome, checked_at: datetime, now
             raise LimitReached(str(exc)) from None
     if already_holds(spec.check, outcome.verdict.state):
         notes.append(ALREADY_HOLDS)
-    monitor = create_monitor(conversation.user, conversation, spec, outcome, checked_at,
-                             next_check_at(now, spec.interval_seconds,
-                                           slot=fetch_key({"type": spec.source.type, "url": spec.source.url}) or None))
+    try:
+        monitor = create_monitor(conversation.user, conversation, spec, outcome, checked_at,
+                                 next_check_at(now, spec.interval_seconds, slot=fetch_key(
+                                     {"type": spec.source.type, "url": spec.source.url}) or None))
+    except GuardrailRefused as exc:  # another create from the same wake was stored while this first check ran
+        raise LimitReached(str(exc)) from None
     return monitor, {
         "monitor_id": monitor.id, "status": monitor.status, "baseline": outcome.verdict.summary,
         "next_check_at": iso(monitor.next_check_at), "expires_at": iso(monitor.expires_at),

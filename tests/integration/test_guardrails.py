@@ -3,7 +3,12 @@ boundary, freed by cancel), and depth-1 chaining through context.woken_by."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from models.guardrails import ONE_MORE
 from models.tables import Monitor
+from tests.httpd import Handler, serve
 from tests.integration.helpers import db, tool, wakes
 
 
@@ -84,3 +89,55 @@ def test_woken_by_must_be_a_wake_of_this_account(client, owner, stranger, pages,
         "arguments": {"description": "x", "source": {"type": "time", "delay": "1h"}}})
     assert bad.status_code == 400 and "woken_by" in bad.text
     assert count(user=stranger[0].id) == 0
+
+
+def woken(client, token, run_due_checks) -> int:
+    """The id of a wake message: a time watch a minute out, fired."""
+    first = arm(client, token)["result"]["monitor_id"]
+    with db():
+        Monitor.update(next_check_at=Monitor.created_at).where(Monitor.id == first).execute()
+    run_due_checks(120)
+    [wake] = wakes(first)
+    return wake.id
+
+
+def test_a_woken_run_arms_one_monitor_per_wake_and_a_second_from_the_same_wake_is_refused(client, owner,
+                                                                                           run_due_checks):
+    wake = woken(client, owner[1], run_due_checks)
+    child = arm(client, owner[1], woken_by=wake)
+    assert child["ok"] is True, child
+    again = arm(client, owner[1], woken_by=wake)
+    assert again["ok"] is False and ONE_MORE in again["error"] and f"context.woken_by {wake}" in again["error"]
+    assert count(parent_message_id=wake) == 1
+    assert tool(client, owner[1], "monitor_cancel", {"monitor_id": child["result"]["monitor_id"]}).json()["ok"]
+    assert arm(client, owner[1], woken_by=wake)["ok"] is False  # counted per wake: the run armed its one already
+    other = woken(client, owner[1], run_due_checks)
+    assert arm(client, owner[1], woken_by=other)["ok"] is True  # another wake's run has its own one more
+    assert count() == 4
+
+
+class BothWaiting(Handler):
+    """A page whose answer waits until two first checks are asking at once."""
+
+    barrier: threading.Barrier
+
+    def route_p(self, _: str) -> None:
+        self.barrier.wait()
+        self.send(200, b"<p>v1</p>", (("Content-Type", "text/html"),))
+
+
+def test_two_creates_racing_from_the_same_wake_store_one_monitor(client, owner, run_due_checks):
+    """Both creates pass the lineage check before either is stored (their first checks wait for each other): the
+    database lets one in and the other is refused with the same sentence."""
+    wake = woken(client, owner[1], run_due_checks)
+    handler = type("Waiting", (BothWaiting,), {"barrier": threading.Barrier(2, timeout=20)})
+    with serve(handler) as base, ThreadPoolExecutor(2) as pool:
+        answers = list(pool.map(lambda path: client.post(
+            "/api/tool/monitor", headers={"Authorization": f"Bearer {owner[1]}"},
+            json={"action": "monitor_create", "context": {"conversation_id": "conv-1", "woken_by": wake},
+                  "arguments": {"description": "the page changes", "interval": "5m",
+                                "source": {"type": "page", "url": f"{base}/p/{path}"}}}).json(), ("a", "b")))
+    assert sorted(answer["ok"] for answer in answers) == [False, True], answers
+    [refused] = [answer for answer in answers if not answer["ok"]]
+    assert ONE_MORE in refused["error"]
+    assert count(parent_message_id=wake) == 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 
 from models import utcnow
+from models.guardrails import ONE_MORE
 from models.tables import Conversation, Monitor
 from tests.integration.helpers import db, tool, wakes
 
@@ -161,6 +162,18 @@ def test_a_woken_run_arms_one_more_and_the_next_level_is_refused_with_409(client
     [child_wake] = wakes(child["monitorId"])
     refused = create(client, owner[1], watchType="time", delayMinutes=1, wokenBy=str(child_wake.id))
     assert refused.status_code == 409 and "chain one level deep" in refused.json()["detail"]
+    assert monitor_count() == 2
+
+
+def test_a_second_monitor_from_the_same_wake_is_a_409_in_the_seeds_words(client, owner, run_due_checks):
+    first = armed(client, owner[1], watchType="time", delayMinutes=1)
+    run_due_checks(120)
+    [wake] = wakes(first["monitorId"])
+    armed(client, owner[1], watchType="time", delayMinutes=1, wokenBy=wake.id)
+    again = create(client, owner[1], watchType="dynadata_doc", itemType="transcription_jobs", itemId="job-9",
+                   condition=DONE, wokenBy=str(wake.id))
+    assert again.status_code == 409, again.text
+    assert ONE_MORE in again.json()["detail"] and f"wokenBy {wake.id}" in again.json()["detail"]
     assert monitor_count() == 2
 
 
