@@ -105,12 +105,13 @@ class Runner:
     # --- start and recovery -------------------------------------------------------------------------------------
 
     def _recover(self) -> None:
-        """End the runs a killed runner left running, and tidy what finished runs left behind."""
+        """Go on watching the streams a killed runner left running, end its other runs, and tidy what finished
+        runs left behind."""
         for run in self._spool.runs(STARTING, RUNNING):
-            log.info("%s: %s", run.run_id, INTERRUPTED_RESTART)
             if run.kind == "stream":
-                StreamWatch(self._spool, run).recover()
+                self._recover_stream(run)
             else:
+                log.info("%s: %s", run.run_id, INTERRUPTED_RESTART)
                 if processes.still_ours(run.pgid, run.identity):
                     processes.stop_group(run.pgid)
                 self._store_result(run.run_id, {"exit_code": None, "output": "", "timed_out": False,
@@ -121,6 +122,16 @@ class Runner:
             path = str(self.state.output_dir / name)
             if path not in active:
                 _unlink(path)
+
+    def _recover_stream(self, run) -> None:
+        """Adopt a stream whose command still runs: tail its file from the spooled offset, as if never killed."""
+        watch = StreamWatch(self._spool, run, on_record=self._uploader.kick)
+        if not watch.recover():
+            return
+        log.info("%s: its command (process group %s) still runs; watching it again", run.run_id, run.pgid)
+        with self._lock:
+            self._watches[run.run_id] = watch
+        self._start_thread(lambda: self._watch(watch), f"vigil-runner-watch-{run.run_id}")
 
     # --- the poll ------------------------------------------------------------------------------------------------
 
@@ -215,7 +226,7 @@ class Runner:
     def _watch(self, watch: StreamWatch) -> None:
         try:
             watch.watch()
-        except Exception:  # noqa: BLE001 - logged; the run is ended as interrupted at the next start
+        except Exception:  # noqa: BLE001 - logged; its command is stopped, the next start ends the run
             log.exception("watching %s failed; stopping its command", watch.run_id)
             watch.abort()
         finally:

@@ -58,16 +58,16 @@ class Unreachable(RunnerError):
 
 
 class Backoff:
-    """Pauses between retries: 1, 2, 4 … seconds, at most 30."""
+    """Pauses between retries: `first`, doubling to at most `most` seconds (1, 2, 4 … 30 by default)."""
 
     def __init__(self, first: float = BACKOFF_FIRST_SECONDS, most: float = BACKOFF_MAX_SECONDS):
         self._first, self._most = first, most
         self._next = first
 
     def next(self, at_least: Optional[float] = None) -> float:
-        """The pause before the next try (no shorter than `at_least`)."""
+        """The pause before the next try: no shorter than `at_least` (a Retry-After), no longer than `most`."""
         delay, self._next = self._next, min(self._next * 2, self._most)
-        return max(delay, at_least or 0.0)
+        return max(delay, min(at_least or 0.0, self._most))
 
     def reset(self) -> None:
         """A call went through: start again from the first pause."""

@@ -85,15 +85,38 @@ def exit_code(returncode: Optional[int]) -> Optional[int]:
 
 def identity(pid: int) -> Optional[str]:
     """Boot id and start time: tells this process from a later one with its pid (None without /proc)."""
-    boot = _boot_id()
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            fields = stat.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    if boot is None or len(fields) < 20:
+    boot, fields = _boot_id(), _stat(pid)
+    if boot is None or fields is None or len(fields) < 20:
         return None
     return f"{boot}:{fields[19].decode()}"
+
+
+def _stat(pid: int) -> Optional[list]:
+    """The fields of /proc/PID/stat after the command name (state first), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def leader_alive(pid: Optional[int], known: Optional[str]) -> bool:
+    """Whether the process `pid` whose identity was `known` still runs: not gone, not a zombie, not a stranger.
+
+    What a restarted runner asks of a command it did not start itself (no longer its child, so it can't wait)."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    fields = _stat(pid)
+    if fields is not None and fields[:1] in ([b"Z"], [b"X"]):
+        return False
+    now = identity(pid)
+    return known is None or now is None or now == known
 
 
 def _boot_id() -> Optional[str]:

@@ -1,8 +1,9 @@
 """A stream run: tail its output file through the framer into the spool, and end it with an `exit` record.
 
-The command writes to a file, so its output survives the runner: a restarted runner reads what is left, stops
-the group and reports the run interrupted. The read offset advances in the same transaction as the records it
-produced, so nothing is read twice or lost across a kill -9.
+The command writes to a file, so it and its output survive the runner: a runner restarted after a kill -9 goes on
+tailing the file of a command that still runs (its group still ours), and ends a run whose command exited while it
+was down with what is left of the file (`exited`, the code unknown). The read offset advances in the same
+transaction as the records it produced, so nothing is read twice or lost across a kill -9.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class StreamWatch:
         self.run_id = run.run_id
         self._spool = spool
         self._proc = proc
-        self._pgid = run.pgid
+        self._pid, self._pgid, self._identity = run.pid, run.pgid, run.identity
         self._path = run.output
         self._on_record = on_record
         self._framer = LineFramer(offset=run.read_offset, seen=run.lines, dropped=run.dropped)
@@ -55,8 +56,7 @@ class StreamWatch:
 
     def abort(self) -> None:
         """Stop the command's group at once (the watch itself failed)."""
-        if self._proc is not None:
-            processes.stop_group(self._pgid, self._proc)
+        self._stop_group()
 
     def watch(self) -> None:
         """Tail the output until the command exits, floods or is stopped; then end the run. A thread's target."""
@@ -65,18 +65,39 @@ class StreamWatch:
                 data = output.read(READ_MAX_BYTES)
                 now = time.monotonic()
                 self._store(self._framer.feed(data, now) if data else self._framer.tick(now))
-                if self._framer.flooded or self._ending is not None or self._proc.poll() is not None:
+                if self._framer.flooded or self._ending is not None or self._exited():
                     break
                 if len(data) < READ_MAX_BYTES:
                     self._wake.wait(TAIL_SECONDS)
             self._end(output, self._ending or "exited", INTERRUPTED_STOPPED)
 
-    def recover(self) -> None:
-        """End a run a killed runner left behind: stop its group (if still ours), read the rest, report it."""
+    def recover(self) -> bool:
+        """A run a killed runner left behind: True when its command still runs (then `watch` goes on with it).
+
+        Otherwise the run is ended here: with what is left of its output and `exited` (the code is unknown: the
+        command was not this runner's child) when the command ended while the runner was down, or `interrupted`
+        when the runner was killed before it started the command."""
         if self._spool.run(self.run_id).next_seq == 1:
             self._spool.append(self.run_id, [{"kind": "started", "pid": None}])
+            reason = "interrupted"
+        elif self._running():
+            return True
+        else:
+            reason = "exited"
         with self._open() as output:
-            self._end(output, "interrupted", INTERRUPTED_RESTART)
+            self._end(output, reason, INTERRUPTED_RESTART)
+        return False
+
+    def _running(self) -> bool:
+        """Whether the command (its group, and the shell that leads it) is still there and still ours."""
+        return processes.still_ours(self._pgid, self._identity) and processes.leader_alive(self._pid,
+                                                                                           self._identity)
+
+    def _exited(self) -> bool:
+        """Whether the command's shell has exited (polled by its identity when it is not this runner's child)."""
+        if self._proc is not None:
+            return self._proc.poll() is not None
+        return not processes.leader_alive(self._pid, self._identity)
 
     def _open(self):
         """The output file, at the offset the spool has accounted for (an empty file if it is gone)."""
@@ -84,6 +105,9 @@ class StreamWatch:
             output = open(self._path, "rb", buffering=0)
         except (OSError, TypeError):
             return open(os.devnull, "rb", buffering=0)
+        if self._framer.offset:  # did the last frame end at a truncation? then the rest of that line is dropped
+            output.seek(self._framer.offset - 1)
+            self._framer.resume(output.read(1))
         output.seek(self._framer.offset)
         return output
 
@@ -107,7 +131,7 @@ class StreamWatch:
         """Stop what is left of the group: all of it when stopping, a finished shell's leftovers otherwise."""
         if self._proc is not None:
             processes.stop_group(self._pgid, self._proc)
-        elif processes.still_ours(self._pgid, self._spool.run(self.run_id).identity):
+        elif processes.still_ours(self._pgid, self._identity):
             processes.stop_group(self._pgid)
 
     def _drain(self, output) -> None:

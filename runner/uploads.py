@@ -2,7 +2,8 @@
 
 Records go in batches (at most 256 KiB a request) from the lowest unacknowledged seq; the server's `acked` says
 how far it holds them without a gap, so a resend after a lost answer or a restart is harmless. Network errors
-back off (1, 2, 4 … 30 s) and never end the loop; only 401 and a 409 poll do, through `on_fatal`.
+and 5xx answers back off briefly (0.5, 1, 2, 4, 5, 5 … s; a Retry-After is honoured up to 5 s), so lines never
+wait long for a server that is back, and never end the loop; only 401 and a 409 poll do, through `on_fatal`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ BATCH_MAX_BYTES = 256 * 1024
 BATCH_MAX_RECORDS = 100
 #: how long the uploader sleeps when nothing new was spooled
 IDLE_SECONDS = 1.0
+#: the first and the longest pause before records are sent again (after a network error, a 5xx or a 429 — whatever
+#: its Retry-After — or an answer that acknowledged less than was sent): lines must not wait long once it is back
+RETRY_FIRST_SECONDS = 0.5
+RETRY_MAX_SECONDS = 5.0
 
 log = logging.getLogger("vigil.runner")
 
@@ -42,7 +47,7 @@ class Uploader:
         self._wake = threading.Event()
         self._halt = threading.Event()
         self._singly: set = set()  # runs whose records go one a request (after a 413)
-        self._not_before: dict = {}  # run_id -> monotonic time: a run the server stopped acknowledging
+        self._not_before: dict = {}  # run_id -> (monotonic time, Backoff): a run the server stopped acknowledging
 
     def kick(self) -> None:
         """Something was spooled: send it now."""
@@ -59,7 +64,7 @@ class Uploader:
 
     def loop(self) -> None:
         """Send until halted; a thread's target."""
-        backoff = Backoff()
+        backoff = Backoff(RETRY_FIRST_SECONDS, RETRY_MAX_SECONDS)
         while not self._halt.is_set():
             self._wake.clear()
             try:
@@ -71,7 +76,7 @@ class Uploader:
                 if self._halt.is_set():
                     return
                 delay = backoff.next(exc.retry_after)
-                log.warning("sending records: %s; trying again in %.0f s", exc.detail, delay)
+                log.warning("sending records: %s; trying again in %.1f s", exc.detail, delay)
                 self._halt.wait(delay)
                 continue
             except Exception:  # noqa: BLE001 - a bug or a closed spool must not end the uploads silently
@@ -90,7 +95,7 @@ class Uploader:
         for run_id in self._spool.unsent():
             if self._halt.is_set():
                 return
-            if self._not_before.get(run_id, 0.0) <= time.monotonic():
+            if self._not_before.get(run_id, (0.0, None))[0] <= time.monotonic():
                 self._send_records(run_id)
 
     def _results(self) -> list:
@@ -118,9 +123,11 @@ class Uploader:
             if self._spool.ack(run_id, acked):
                 self._on_done(run_id)
             if acked < batch[0][0]:
-                log.warning("the server acknowledged %s only up to %d of %d-%d; sending again later", run_id,
-                            acked, batch[0][0], batch[-1][0])
-                self._not_before[run_id] = time.monotonic() + 30
+                backoff = self._not_before.get(run_id, (0.0, Backoff(RETRY_FIRST_SECONDS, RETRY_MAX_SECONDS)))[1]
+                delay = backoff.next()
+                log.warning("the server acknowledged %s only up to %d of %d-%d; sending again in %.1f s", run_id,
+                            acked, batch[0][0], batch[-1][0], delay)
+                self._not_before[run_id] = (time.monotonic() + delay, backoff)
                 return
             self._not_before.pop(run_id, None)
 

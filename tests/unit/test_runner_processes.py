@@ -1,9 +1,6 @@
 import os
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
@@ -11,8 +8,6 @@ from runner import processes
 from runner.framing import FLOOD_TEXT
 from runner.spool import ENDED, RUNNING, Spool
 from runner.streams import StreamWatch
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def gone(pgid):
@@ -186,31 +181,6 @@ def test_stream_watch_counts_lines_dropped_when_the_spool_is_full(tmp_path):
     spool.close()
 
 
-ORPHAN = """
-import sys
-from runner import processes
-with open(sys.argv[2], "ab") as sink:
-    print(processes.spawn(sys.argv[1], None, sink).pid)
-"""
-
-
-def test_stream_watch_recovery_reads_the_rest_and_reports_interrupted(spool, tmp_path):
-    output = str(tmp_path / "run-1.out")
-    spool.claim("run-1", "stream", now=1.0, output=output)
-    # started by a runner that is gone since: the group is not this process's child
-    pid = int(subprocess.run([sys.executable, "-c", ORPHAN, "echo before; sleep 100 | cat", output], cwd=ROOT,
-                             check=True, capture_output=True).stdout)
-    spool.append("run-1", [{"kind": "started", "pid": pid}], status=RUNNING, pid=pid, pgid=pid,
-                 identity=processes.identity(pid))
-    wait_for(lambda: os.path.getsize(output) > 0)
-    StreamWatch(spool, spool.run("run-1")).recover()
-    sent = records(spool)
-    assert sent[1:] == [{"kind": "lines", "lines": ["before"]},
-                        {"kind": "notice", "text": "interrupted: the runner restarted"},
-                        {"kind": "exit", "code": None, "reason": "interrupted"}]
-    assert gone(pid)
-
-
 def test_stream_watch_recovery_resumes_after_the_spooled_offset(spool, tmp_path):
     output = tmp_path / "run-1.out"
     output.write_bytes(b"sent\nnot yet\npartial")
@@ -220,3 +190,25 @@ def test_stream_watch_recovery_resumes_after_the_spooled_offset(spool, tmp_path)
     StreamWatch(spool, spool.run("run-1")).recover()
     assert records(spool)[2] == {"kind": "lines", "lines": ["not yet", "partial"]}
     assert spool.run("run-1").lines == 3
+
+
+def test_stream_watch_seq_1_6000_ends_with_the_flood_notice(spool, tmp_path):
+    watch, proc = start_stream(spool, tmp_path, "seq 1 6000")
+    watch.watch()
+    sent = records(spool)
+    batches = [record for record in sent if record["kind"] == "lines"]
+    assert [line for record in batches for line in record["lines"]] == [str(n) for n in range(1, 5001)]
+    assert len(batches) <= 5
+    assert sent[-2] == {"kind": "notice", "text": FLOOD_TEXT}
+    assert sent[-1]["kind"] == "exit" and sent[-1]["reason"] == "flood"
+
+
+def test_stream_watch_recovery_inside_a_truncated_line_skips_its_rest(spool, tmp_path):
+    output = tmp_path / "run-1.out"
+    output.write_bytes(b"x" * 40_000 + b"\nnext\n")
+    spool.claim("run-1", "stream", now=1.0, output=str(output))
+    spool.append("run-1", [{"kind": "started", "pid": None}, {"kind": "lines", "lines": ["x… [truncated]"]}],
+                 status=RUNNING, read_offset=16 * 1024, lines=1)
+    StreamWatch(spool, spool.run("run-1")).recover()
+    assert [record["lines"] for record in records(spool) if record["kind"] == "lines"][1:] == [["next"]]
+    assert spool.run("run-1").lines == 2
