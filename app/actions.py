@@ -1,7 +1,8 @@
 """Seed 001's actions: POST /api/actions/monitors/create and /cancel, for platforms and workflow steps.
 
 The same monitors as the tool's monitor_create, in seed 001's field names (engine/actions.py translates them);
-answers are HTTP: 200 with {monitorId, monitorState, expiresAtIso}, 400 for a field to fix, 409 for a limit.
+answers are HTTP: 200 with {monitorId, monitorState, expiresAtIso, notes} (and approveUrl for a watch awaiting the
+owner's approval), 400 for a field to fix, 409 for a limit.
 """
 
 from __future__ import annotations
@@ -47,8 +48,7 @@ class ActionsController(Controller):
             monitor, result = created
             queue_first_check(monitor)
             publish_monitor(monitor)
-        return Response({"monitorId": monitor.id, "monitorState": seed_state(monitor),
-                         "expiresAtIso": result["expires_at"], "notes": result.get("notes", [])})
+        return Response(_created(monitor, result))
 
     @post("/cancel", status_code=200, sync_to_thread=True, responses=errors(400, 401, 404, 409, 429))
     def cancel(self, request: Request, data: Annotated[Any, Body()]) -> Response:
@@ -66,6 +66,16 @@ class ActionsController(Controller):
                 return _refused(f"The monitor can't be cancelled: {exc}.", 409)
             publish_monitor(monitor)
         return Response({"monitorId": monitor.id, "monitorState": seed_state(monitor)})
+
+
+def _created(monitor, result: dict) -> dict:
+    """The answer in seed 001's names; a watch that waits for the owner's approval carries the owner's page where
+    it is approved (approveUrl), which its note points at."""
+    answer = {"monitorId": monitor.id, "monitorState": seed_state(monitor), "expiresAtIso": result["expires_at"],
+              "notes": [note.replace("approve_url", "approveUrl") for note in result.get("notes", [])]}
+    if result.get("approve_url"):
+        answer["approveUrl"] = result["approve_url"]
+    return answer
 
 
 def _seed_context():

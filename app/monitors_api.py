@@ -48,8 +48,8 @@ class MonitorsController(Controller):
 
     @get("/{monitor_id:str}", sync_to_thread=True, responses=errors(401, 404, 429))
     def get_one(self, request: Request, monitor_id: FromPath[str]) -> Response:
-        """One monitor, with monitorState as seed 001 names it (armed, fired, expired, error, cancelled; paused
-        when its owner paused it), for workflows that poll it."""
+        """One monitor, with monitorState as seed 001 names it (armed, awaiting_approval, fired, expired, error,
+        cancelled; paused when its owner paused it), for workflows that poll it."""
         user, _ = api_user(request)
         with connection():
             monitor = find_monitor(user, monitor_id)

@@ -174,8 +174,9 @@ def event_payload(monitor: Monitor | Claimed) -> dict:
             "check_count": monitor.check_count, "last_error": monitor.last_error or None}
 
 
-#: a status as seed 001 names it (GET /api/monitors/{id}'s monitorState)
-SEED_STATES = {ACTIVE: "armed", AWAITING: "armed", PAUSED: "paused", DONE: "fired", EXPIRED: "expired",
+#: a status as seed 001 names it (GET /api/monitors/{id}'s monitorState); a watch that waits for its owner's
+#: approval is not armed yet, and says so
+SEED_STATES = {ACTIVE: "armed", AWAITING: AWAITING, PAUSED: "paused", DONE: "fired", EXPIRED: "expired",
                CANCELLED: "cancelled", ERROR: "error"}
 
 

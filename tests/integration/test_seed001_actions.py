@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from models import utcnow
 from models.guardrails import ONE_MORE
 from models.tables import Conversation, Monitor
-from tests.integration.helpers import db, tool, wakes
+from tests.integration.helpers import db, login, tool, wakes
 
 DONE = {"expr": "has(doc.status) && doc.status == 'done'"}
 
@@ -226,6 +226,23 @@ def test_agent_tool_names_whose_tool_it_is_and_an_unregistered_one_is_refused(cl
                      condition={"expr": "data.atingiu == true"}, intervalMinutes=5)
     assert unknown.status_code == 400 and "has no tool 'check_price'" in unknown.json()["detail"]
     assert monitor_count() == 0
+
+
+def test_an_agent_tool_watch_awaiting_approval_says_so_and_carries_the_owners_approve_url(client, owner,
+                                                                                       reconfigure):
+    from tests.integration.test_tool_sources import AGENT, approval_tool, registered
+
+    reconfigure(PUBLIC_APP_URL="https://vigil.example.com")
+    registered(client, owner[1], approval_tool("http://127.0.0.1:9"))
+    answer = armed(client, owner[1], watchType="agent_tool", agentId=AGENT, toolName="order_status",
+                   toolArgs={"order": "A-1"}, condition={"expr": "data.reached == true"})
+    assert answer["monitorState"] == "awaiting_approval"
+    assert answer["approveUrl"] == f"https://vigil.example.com/commands/{answer['monitorId']}"
+    assert any("approveUrl" in note for note in answer["notes"]) and "approve_url" not in str(answer["notes"])
+    assert state(client, owner[1], answer["monitorId"])["monitorState"] == "awaiting_approval"
+    login(client)
+    page = client.get(answer["approveUrl"].removeprefix("https://vigil.example.com"))
+    assert page.status_code == 200 and "order_status" in page.text  # the owner's page where it is approved
 
 
 DOC = {"watchType": "dynadata_doc", "itemType": "transcription_jobs", "itemId": "j-1", "condition": DONE}
