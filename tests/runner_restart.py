@@ -14,6 +14,7 @@ from pathlib import Path
 
 import requests
 
+from tests.processes import group_gone, processes_with
 from tests.reliability.stack import Stack
 
 #: the parts the watcher prints: numbers 1-10 at once, 11-20 when `gate-1` exists, 21-30 when `gate-2` exists
@@ -83,3 +84,24 @@ def runner_killed_mid_stream_loses_and_doubles_nothing(stack: Stack, tmp_path: P
     assert ending[0]["metadata"]["reason"] == "exited" and ending[0]["metadata"]["exit_code"] is None, ending
     assert not [w["content"] for w in got if "interrupted" in w["content"]], context
     assert "watching it again" in stack.logs["runner-laptop"].read_text(), context
+
+
+def adopted_watcher_is_stopped_by_a_cancel(stack: Stack, tmp_path: Path) -> None:
+    """After the restart the adopted command still obeys the server: cancelling its watch stops its group."""
+    stack.pair_runner("laptop")
+    created = stack.tool("restart-2", description="a quiet watcher", source={
+        "type": "command", "device": "laptop", "mode": "stream",
+        "command": f"echo ready; while [ ! -e '{tmp_path / 'never'}' ]; do sleep 0.05; done"})
+    wait(lambda: any("ready" in w["content"] for w in wakes(stack, "restart-2")), "the watcher never printed", stack)
+    [pgid] = {pgid for _, pgid in processes_with(str(tmp_path / "never"))}
+    stack.kill_runner("laptop")
+    stack.start_runner("laptop")
+    wait(lambda: "watching it again" in stack.logs["runner-laptop"].read_text(), "the watcher was not adopted",
+         stack)
+    cancelled = requests.post(f"{stack.base}/api/tool/monitor", headers=stack.auth, timeout=30, json={
+        "action": "monitor_cancel", "context": {"conversation_id": "restart-2", "channel": "chat"},
+        "arguments": {"monitor_id": created["monitor_id"]}}).json()
+    assert cancelled["ok"], cancelled
+    wait(lambda: group_gone(pgid), "the adopted watcher's group outlived its cancel", stack)
+    assert not [w["content"] for w in wakes(stack, "restart-2") if "interrupted" in w["content"]]
+

@@ -12,7 +12,9 @@ import pytest
 
 from tests.processes import VIGIL, wait_healthy
 from tests.reliability.stack import Stack
-from tests.runner_restart import runner_killed_mid_stream_loses_and_doubles_nothing
+from tests.runner_restart import (
+    adopted_watcher_is_stopped_by_a_cancel, runner_killed_mid_stream_loses_and_doubles_nothing,
+)
 
 
 @pytest.fixture()
@@ -29,3 +31,7 @@ def embedded_stack():
 
 def test_runner_killed_mid_stream_adopts_its_watcher_in_embedded_mode(embedded_stack, tmp_path):
     runner_killed_mid_stream_loses_and_doubles_nothing(embedded_stack, tmp_path)
+
+
+def test_runner_restarted_after_kill_9_still_stops_its_adopted_watcher_on_cancel(embedded_stack, tmp_path):
+    adopted_watcher_is_stopped_by_a_cancel(embedded_stack, tmp_path)
