@@ -11,14 +11,14 @@ import sys
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import timezone
+from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.common import BenchError, Db, Processes  # noqa: E402
+from bench.common import BenchError, Db, Processes, figure  # noqa: E402
 from bench.trigger_parts import EventStream, fmt, pct  # noqa: E402
 
 #: one printed line, as bench/stream_bare.py prints it: printed at t (epoch seconds), the n-th of its printer
@@ -37,14 +37,16 @@ class Phase:
     streamed: dict[int, float] = field(default_factory=dict)  # n -> `message.created` received (Vigil only)
     wakes: int = 0                 # stored wakes that carry lines (Vigil) or POSTs received (baseline)
     posts: int = 0                 # POSTs that carried the lines records (Vigil; the baseline's are its wakes)
+    batches: int = 0               # `lines` records stored (Vigil), or POSTs received (baseline: one line each)
     most_in_wake: int = 0
     duplicates: int = 0            # lines stored twice
     waited: set[int] = field(default_factory=set)  # lines whose wake also carries a later line
     ended: bool = False            # the watch's exit wake arrived (Vigil)
     others: list[str] = field(default_factory=list)  # wakes that are neither lines nor the exit: notices, pauses
     device_cpu: float = 0.0        # the runner process (Vigil) or the bare loop (baseline), children left out
-    server_cpu: float = 0.0        # `vigil web`, or the bare endpoint
-    pg_cpu: float = 0.0            # PostgreSQL backends of the bench's database (Vigil)
+    server_cpu: float = 0.0        # `vigil web` (`vigil serve` embedded), or the bare endpoint
+    pg_cpu: float = 0.0            # PostgreSQL backends of the bench's database (Vigil; NaN embedded)
+    other_cpu: float = 0.0         # the worker's process tree and the scheduler (Vigil; 0 embedded: in `serve`)
     window: float = 0.0            # seconds the CPU figures cover: the order sent → the last line arrived
 
     def latencies(self, arrived: dict[int, float]) -> list[float]:
@@ -69,6 +71,15 @@ class Phase:
     def per_line(self, seconds: float) -> float:
         """CPU-ms a line."""
         return 1000 * seconds / self.count if self.count else float("nan")
+
+    def per_batch(self, seconds: float) -> float:
+        """CPU-ms a line batch: a `lines` record (Vigil), a POST (baseline)."""
+        return 1000 * seconds / self.batches if self.batches else float("nan")
+
+    @property
+    def server_side_cpu(self) -> float:
+        """All the server side's CPU: web, worker, scheduler and PostgreSQL (one `vigil serve` embedded)."""
+        return self.server_cpu + self.other_cpu + (self.pg_cpu if self.pg_cpu == self.pg_cpu else 0.0)
 
 
 class LineEvents(EventStream):
@@ -154,6 +165,8 @@ def read_wakes(db: Db, conversation: str, phase: Phase) -> None:
         phase.waited.update(int(n) for _, n in sorted(lines, key=lambda line: float(line[0]))[:-1])
         if meta.get("lines") not in (None, len(lines)):
             phase.others.append(f"a wake of {meta['lines']} lines shows {len(lines)} (text cut?)")
+        if isinstance(created_at, str):  # SQLite (embedded) keeps it as text
+            created_at = datetime.fromisoformat(created_at)
         stored_at = created_at.replace(tzinfo=timezone.utc).timestamp()
         for t, n in lines:
             phase.printed[int(n)] = float(t)
@@ -181,6 +194,7 @@ def read_received(log: Path, offset: int, phase: Phase) -> None:
             else:
                 phase.stored[n] = float(received)
     phase.most_in_wake = 1 if phase.wakes else 0
+    phase.batches = phase.wakes
 
 
 def backends(db: Db) -> list[int]:
@@ -210,17 +224,21 @@ def phase_row(p: Phase) -> str:
     vigil = p.system == "Vigil"
     streamed = lat(p.latencies(p.streamed)) if vigil else "—"
     per_wake = len(p.stored) / p.wakes if p.wakes else float("nan")
-    pg = fmt(p.per_line(p.pg_cpu), 3) if vigil else "—"
+    pg = fmt(p.per_line(p.pg_cpu), 3) if vigil and p.pg_cpu == p.pg_cpu else "—"
+    batches = f"{p.batches:,}" if vigil else "—"
+    batch_cpu = fmt(p.per_batch(p.server_cpu), 3)
     posts = p.posts if vigil else p.wakes
     return (f"| {p.name} | {p.system} | {len(p.stored):,} of {p.count:,} | {p.wakes:,} ({fmt(per_wake, 2)}; "
             f"most {p.most_in_wake}) | {posts:,} | {lat(p.latencies(p.stored))} | {streamed} | {fmt(p.rate, 0)} | "
-            f"{fmt(p.per_line(p.device_cpu), 3)} | {fmt(p.per_line(p.server_cpu), 3)} | {pg} | {fmt(p.window, 2)} |")
+            f"{fmt(p.per_line(p.device_cpu), 3)} | {fmt(p.per_line(p.server_cpu), 3)} | {batches} | {batch_cpu} | "
+            f"{pg} | {fmt(p.window, 2)} |")
 
 
 PHASE_HEADER = ["| phase | system | lines stored | wakes (lines per wake; most in one) | POSTs | printed → stored "
                 "p50 / p99 / max ms | printed → SSE event p50 / p99 / max ms | lines/s, first printed → last stored | "
-                "device CPU-ms/line | server CPU-ms/line | PostgreSQL CPU-ms/line | CPU window s |",
-                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                "device CPU-ms/line | server CPU-ms/line | `lines` records | server CPU-ms/batch | "
+                "PostgreSQL CPU-ms/line | CPU window s |",
+                "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
 
 def waited_rows(p: Phase) -> list[str]:
@@ -231,6 +249,38 @@ def waited_rows(p: Phase) -> list[str]:
     return [f"| {p.name} | {label} | {len(part):,} | {lat(p.latencies(part))} |"
             for label, part in (("the last (or only) line of its wake", last),
                                 ("an earlier line of a wake that also carries a later one", waited))]
+
+
+#: the goal of issue 27: what the server's web process spends on one `lines` record
+GOAL_BATCH_MS = 2.0
+
+
+def cpu_figures(pairs: list[tuple[Phase, Phase]], idle_web: float | None, server: str) -> tuple[list[dict], str]:
+    """The summary's server CPU rows (per line, per line batch, the whole server side) and the goal line.
+    `idle_web`: the server process's CPU seconds a second with a watch open and nothing printed."""
+    (paced, paced_b), _, (flood, flood_b) = pairs
+    rows = [figure(f"{server} CPU per line, {v.name} (baseline: the bare endpoint per POST, a line each)",
+                   f"{fmt(v.per_line(v.server_cpu), 3)} ms", f"{fmt(b.per_batch(b.server_cpu), 3)} ms",
+                   ratio(v.per_line(v.server_cpu), b.per_batch(b.server_cpu))) for v, b in ((paced, paced_b),
+                                                                                           (flood, flood_b))]
+    batch, bare = paced.per_batch(paced.server_cpu), paced_b.per_batch(paced_b.server_cpu)
+    net = paced.per_batch(paced.server_cpu - idle_web * paced.window) if idle_web is not None else float("nan")
+    met = batch <= GOAL_BATCH_MS
+    rows.append(figure(f"{server} CPU per line batch (a `lines` record), {paced.name}: {paced.batches} records for "
+                       f"{paced.count} lines; {fmt(net, 2)} ms of it net of the process's idle CPU (baseline: the "
+                       "bare endpoint per POST)", f"{fmt(batch, 3)} ms", f"{fmt(bare, 3)} ms", ratio(batch, bare),
+                       f"≤ {GOAL_BATCH_MS:g} ms", met))
+    rows.append(figure(f"{server} CPU per line batch, {flood.name} ({flood.batches} records; baseline: the bare "
+                       "endpoint per POST)", f"{fmt(flood.per_batch(flood.server_cpu), 3)} ms",
+                       f"{fmt(flood_b.per_batch(flood_b.server_cpu), 3)} ms",
+                       ratio(flood.per_batch(flood.server_cpu), flood_b.per_batch(flood_b.server_cpu))))
+    rows.append(figure(f"all server-side CPU per line batch, {paced.name} (web, worker, scheduler and PostgreSQL; "
+                       "one `vigil serve` embedded) vs the bare endpoint per POST",
+                       f"{fmt(paced.per_batch(paced.server_side_cpu), 3)} ms", f"{fmt(bare, 3)} ms",
+                       ratio(paced.per_batch(paced.server_side_cpu), bare)))
+    goal = (f"GOAL {server} CPU per line batch ≤ {GOAL_BATCH_MS:g} ms at {paced.name}: {fmt(batch, 2)} ms "
+            f"({fmt(net, 2)} net of idle; bare endpoint {fmt(bare, 2)} ms a POST) — {'met' if met else 'NOT met'}")
+    return rows, goal
 
 
 def ratio(a: float, b: float) -> float:
@@ -260,8 +310,10 @@ def checks(phases: list[Phase], events: LineEvents, logs: dict[str, str]) -> lis
     if events.error:
         out.append(f"WARNING: the event stream failed: {events.error}")
     out.append(f"events on the stream: {dict(events.names)}; about monitors that are not this bench's: "
-               f"{dict(events.foreign) or 'none'}" + (" (another Vigil on this Redis server: pub/sub channels are "
-                                                       "not per database)" if events.foreign else ""))
+               f"{dict(events.foreign) or 'none'}" + (" (published while a watch was being created, before the "
+                                                       "bench knew its id, or by another Vigil on this Redis server: "
+                                                       "pub/sub channels are not per database)" if events.foreign
+                                                      else ""))
     for name, text in logs.items():
         bad = [line for line in text.splitlines() if re.search(r"Traceback|ERROR|WARNING|refused|dropped|"
                                                                r"Exception|trying again|failed|again later", line)]
