@@ -188,17 +188,20 @@ def start_watch(s: Stack, name: str, tag: str) -> tuple[str, str, object]:
     return monitor_id, conversation, control
 
 
-def idle_cpu(s: Stack, seconds: float) -> tuple[float, float]:
-    """CPU seconds a second of the runner and of `vigil web` while nothing is printed."""
-    runner0, web0 = threads_cpu([s.runner.pid]), threads_cpu([s.web.pid])
+def idle_cpu(s: Stack, seconds: float) -> tuple[float, float, float]:
+    """CPU seconds a second of the runner, of `vigil web` (`vigil serve`) and of the rest of the server side (the
+    worker's tree, the scheduler and PostgreSQL; nothing embedded) while nothing is printed."""
+    rest = [pid for proc in s.others for pid in tree_pids(proc.pid)] + ([] if s.embedded else backends(s.db))
+    runner0, web0, rest0 = threads_cpu([s.runner.pid]), threads_cpu([s.web.pid]), threads_cpu(rest)
     time.sleep(seconds)
-    return cpu_since(runner0, [s.runner.pid]) / seconds, cpu_since(web0, [s.web.pid]) / seconds
+    return tuple(cpu_since(before, pids) / seconds for before, pids in ((runner0, [s.runner.pid]),
+                                                                       (web0, [s.web.pid]), (rest0, rest)))
 
 
 def vigil_phase(s: Stack, name: str, tag: str, order: str, count: int, timeout: float,
-                idle: float = 0.0) -> tuple[Phase, tuple[float, float] | None]:
-    """One load through a watch of its own; first, when `idle` is given, the runner's and the web's idle CPU a
-    second with the watch open."""
+                idle: float = 0.0) -> tuple[Phase, tuple[float, float, float] | None]:
+    """One load through a watch of its own; first, when `idle` is given, the idle CPU a second with the watch open
+    (see idle_cpu)."""
     monitor_id, conversation, control = start_watch(s, name, tag)
     idle_rate = idle_cpu(s, idle) if idle else None
     phase, arrived, runner, web = Phase(name, "Vigil", count), s.events.lines[monitor_id], [s.runner.pid], [s.web.pid]
@@ -253,7 +256,7 @@ def baseline_phase(s: Stack, name: str, tag: str, order: str, count: int, timeou
     return phase
 
 
-def run_phases(s: Stack, args) -> tuple[list[tuple[Phase, Phase]], tuple[float, float] | None]:
+def run_phases(s: Stack, args) -> tuple[list[tuple[Phase, Phase]], tuple[float, float, float] | None]:
     """(Vigil, baseline) for each load, in turn."""
     paced_count = round(args.rate * args.seconds)
     loads = [(f"{args.rate:g} lines/s", "paced", f"pace {args.rate} {paced_count}\n", paced_count,
@@ -309,10 +312,10 @@ def figures(pairs: list[tuple[Phase, Phase]]) -> list[dict]:
 
 
 def report(args, header: list[str], vers: str, pairs: list[tuple[Phase, Phase]],
-           idle_rate: tuple[float, float] | None, events: LineEvents, notes: list[str]) -> tuple[str, str]:
+           idle_rate: tuple[float, float, float] | None, events: LineEvents, notes: list[str]) -> tuple[str, str]:
     """The report's text and its goal line."""
     server = "`vigil serve`" if args.embedded else "`vigil web`"
-    cpu_rows, goal = cpu_figures(pairs, idle_rate[1] if idle_rate else None, server)
+    cpu_rows, goal = cpu_figures(pairs, idle_rate, server)
     rows = figures(pairs) + cpu_rows
     record("stream_lines_embedded" if args.embedded else "stream_lines", rows)
     met = {True: "yes", False: "NO", None: "—"}
@@ -345,12 +348,14 @@ def report(args, header: list[str], vers: str, pairs: list[tuple[Phase, Phase]],
                for r in rows], ""]
     lines += ["Notes:", ""]
     if idle_rate is not None:
-        runner, web = (1000 * rate for rate in idle_rate)
+        runner, web, rest = (1000 * rate for rate in idle_rate)
         lines.append(f"- idle, one watch open, {args.idle:g} s before the paced load: the runner (tail every 50 ms, "
                      f"long-poll, uploader) {fmt(runner, 2)} CPU-ms a second, so {fmt(runner / args.rate, 2)} ms of "
                      f"its CPU a line at {args.rate:g} lines/s is the watch just being open (the bare loop, blocked "
                      f"in read(), spends nothing idle); {server} {fmt(web, 2)} CPU-ms a second "
-                     f"({fmt(web / args.rate, 2)} ms a line at that rate)")
+                     f"({fmt(web / args.rate, 2)} ms a line at that rate)"
+                     + ("" if args.embedded else f"; the worker's tree, the scheduler and PostgreSQL {fmt(rest, 2)} "
+                        "CPU-ms a second"))
     lines.append("- first to last line printed, Vigil (to the runner's file) / baseline (to a pipe): " + ", ".join(
         f"{vigil.name} {fmt(1000 * vigil.print_span)} / {fmt(1000 * bare.print_span)} ms" for vigil, bare in pairs)
         + "; a printer blocks once the 64 KiB pipe is full, so the baseline's later flood lines are stamped only "
