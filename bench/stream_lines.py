@@ -34,6 +34,7 @@ import contextlib
 import os
 import shlex
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -413,7 +414,8 @@ def main(argv: list[str] | None = None) -> int:
         notes = checks([p for pair in pairs for p in pair], s.events, logs)
         notes.append(f"whole run {time.monotonic() - started:.0f} s; load average at end "
                      f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
-        text, goal = report(args, header, versions(), pairs, idle_rate, s.events, notes)
+        vers = f"SQLite {sqlite3.sqlite_version} (no PostgreSQL or Redis)" if args.embedded else versions()
+        text, goal = report(args, header, vers, pairs, idle_rate, s.events, notes)
     except (KeyboardInterrupt, BenchError) as exc:
         return failed(exc)
     finally:
