@@ -89,6 +89,7 @@ def parse_create(arguments: object, limits: Limits,
     unknown = sorted(set(arguments) - set(ARGUMENTS))
     if unknown:
         raise SpecError(f"Unknown argument '{unknown[0]}'; the arguments are {', '.join(ARGUMENTS)}.")
+    refuse_non_finite(arguments, "arguments")
     notes: list[str] = []
     description = _text(arguments, "description", required=True, limit=500)
     source = parse_source(arguments.get("source"), policy)
@@ -148,6 +149,18 @@ OWN_CADENCE = ("time", "document", "ingest")
 #: check fields left out of the stored record at their defaults (issue 18's options), so a check without them is
 #: stored as before
 _CHECK_DEFAULTS = {"hold_for": 1, "rearm": None}
+
+
+def refuse_non_finite(value: object, where: str) -> None:
+    """A number past a double's range (1e400 arrives as infinity) names no threshold or limit: refuse it by name."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise SpecError(f"{where} is not a finite number; give a number between -1.7e308 and 1.7e308.")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            refuse_non_finite(item, f"{where}.{key}" if where != "arguments" else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            refuse_non_finite(item, f"{where}[{index}]")
 
 
 def spec_to_record(spec: MonitorSpec) -> dict:
