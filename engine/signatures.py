@@ -27,6 +27,11 @@ WHSEC_PREFIX = "whsec_"
 
 #: The header carrying `sha256=<hex>` of the raw body, as a sender spells it.
 _HEX_HEADERS = {"github": "X-Hub-Signature-256", "hmac_sha256": "X-Signature"}
+#: hmac_sha256's optional timestamp: when a sender sends it, the signature covers "{timestamp}.{body}" and a
+#: timestamp more than TOLERANCE_SECONDS from now is refused, so a captured request can't be replayed later.
+#: Without it the signature covers the body alone, and the same body is accepted again once the dedupe window
+#: (TRIGGER_DEDUPE_WINDOW_SECONDS) has passed (docs/api.md says so).
+HMAC_TIMESTAMP_HEADER = "X-Signature-Timestamp"
 _TIMESTAMP = re.compile(r"[0-9]{1,15}")
 #: The only shell substitutions an example body may keep: `$(date …)` with a plain format.
 _SUBSTITUTION = re.compile(r"\$\(date(?: -u)?(?: \+[A-Za-z0-9%:._-]*)?\)")
@@ -54,14 +59,23 @@ def verify(scheme: str, secret: str, headers: Mapping[str, str], body: bytes, no
         return _verify_standard(secret, lowered, bytes(body), now)
     if scheme in _HEX_HEADERS:
         value = _signature_header(lowered, _HEX_HEADERS[scheme].lower())
+        if scheme == "hmac_sha256" and HMAC_TIMESTAMP_HEADER.lower() in lowered:
+            return _verify_stamped_hex(secret, value, _signature_header(lowered, HMAC_TIMESTAMP_HEADER.lower()),
+                                       bytes(body), now)
         return _verify_hex(secret, value, bytes(body))
     return False
 
 
-def sign(scheme: str, secret: str, body: bytes, now: float, message_id: str = "msg_test") -> dict[str, str]:
-    """The signature headers a correct sender would send with `body` at time `now`."""
+def sign(scheme: str, secret: str, body: bytes, now: float, message_id: str = "msg_test",
+         stamped: bool = False) -> dict[str, str]:
+    """The signature headers a correct sender would send with `body` at time `now`; `stamped` signs an
+    hmac_sha256 body with its X-Signature-Timestamp."""
     if scheme == "none":
         return {}
+    if scheme == "hmac_sha256" and stamped:
+        stamp = str(math.floor(now))
+        return {"X-Signature": "sha256=" + _hex_mac(secret, f"{stamp}.".encode("ascii") + body),
+                HMAC_TIMESTAMP_HEADER: stamp}
     if scheme in _HEX_HEADERS:
         return {_HEX_HEADERS[scheme]: "sha256=" + _hex_mac(secret, body)}
     if scheme != "standard_webhooks":
@@ -110,7 +124,11 @@ def example_curl(url: str, scheme: str, body_json: str) -> str:
     headers = ["-H 'Content-Type: application/json'"]
     if scheme != "none":
         lines.append(f': "${{{SECRET_ENV}:?set {SECRET_ENV} to the secret shown on the link card}}"')
-    if scheme in _HEX_HEADERS:
+    if scheme == "hmac_sha256":  # stamped: a captured request can't be replayed later
+        lines += ['TS="$(date +%s)"',
+                  f'SIG=$(printf %s "$TS.$BODY" | openssl dgst -sha256 -hmac "${SECRET_ENV}" | awk \'{{print $NF}}\')']
+        headers += [f'-H "{HMAC_TIMESTAMP_HEADER}: $TS"', f'-H "{_HEX_HEADERS[scheme]}: sha256=$SIG"']
+    elif scheme in _HEX_HEADERS:
         lines.append(
             f'SIG=$(printf %s "$BODY" | openssl dgst -sha256 -hmac "${SECRET_ENV}" | awk \'{{print $NF}}\')'
         )
@@ -172,6 +190,12 @@ def _verify_hex(secret: str, value: str | None, body: bytes) -> bool:
         return False
     expected = _hex_mac(secret, body).encode("ascii")
     return hmac.compare_digest(expected, value[len("sha256=") :].lower().encode("ascii"))
+
+
+def _verify_stamped_hex(secret: str, value: str | None, stamp: str | None, body: bytes, now: float) -> bool:
+    if not _fresh(stamp, now):
+        return False
+    return _verify_hex(secret, value, f"{stamp}.".encode("ascii") + body)
 
 
 def _fresh(stamp: str | None, now: float) -> bool:

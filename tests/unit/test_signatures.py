@@ -315,3 +315,28 @@ def test_is_github_ping():
     assert not is_github_ping({"X-GitHub-Event": "push"})
     assert not is_github_ping({"X-Event": "ping"})
     assert not is_github_ping({})
+
+
+def test_hmac_sha256_with_a_timestamp_signs_timestamp_and_body_and_holds_for_five_minutes():
+    headers = sign("hmac_sha256", "s3cret", b'{"a":1}', NOW, stamped=True)
+    assert headers["X-Signature-Timestamp"] == str(int(NOW))
+    assert verify("hmac_sha256", "s3cret", headers, b'{"a":1}', NOW + 299)
+    assert not verify("hmac_sha256", "s3cret", headers, b'{"a":1}', NOW + 301), "a replay after 5 minutes"
+    assert not verify("hmac_sha256", "s3cret", headers, b'{"a":1}', NOW - 301)
+    assert not verify("hmac_sha256", "s3cret", headers, b'{"a":2}', NOW)
+
+
+def test_hmac_sha256_timestamp_is_covered_by_the_signature():
+    headers = sign("hmac_sha256", "s3cret", b"body", NOW, stamped=True)
+    moved = {**headers, "X-Signature-Timestamp": str(int(NOW) + 60)}
+    assert not verify("hmac_sha256", "s3cret", moved, b"body", NOW + 60), "a fresh stamp on an old signature"
+    body_only = {"X-Signature": sign("hmac_sha256", "s3cret", b"body", NOW)["X-Signature"],
+                 "X-Signature-Timestamp": str(int(NOW))}
+    assert not verify("hmac_sha256", "s3cret", body_only, b"body", NOW), "a stamp the signature doesn't cover"
+
+
+@pytest.mark.parametrize("stamp", ["", "abc", "1e9", "-5", "9" * 40, " 1700000000"])
+def test_hmac_sha256_malformed_timestamps_are_not_verified(stamp):
+    signature = sign("hmac_sha256", "s3cret", b"body", NOW, stamped=True)["X-Signature"]
+    assert not verify("hmac_sha256", "s3cret", {"X-Signature": signature, "X-Signature-Timestamp": stamp}, b"body",
+                      NOW)
