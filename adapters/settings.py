@@ -83,10 +83,12 @@ class Settings:
     """Other errors in a row (404, selector gone, a failed condition) that pause a monitor, and judge
     failures in a row after which a match wakes unchecked. Default 3."""
     MONITOR_MAX_WAKES_PER_HOUR: int = 10
-    """A monitor that would wake its conversation more often than this in an hour is paused. Default 10."""
+    """A monitor that would wake its conversation more often than this in an hour is paused (seed 000; not a
+    seed 002 stream, which its own flood guard bounds). Default 10."""
     MONITOR_MAX_FIRES_PER_CONVERSATION_DAY: int = 20
-    """Seed 001: wakes that fire (not notices) per conversation in any 24 hours. The monitor whose fire would go
-    past it ends in `error` and says so once; it does not resume the next day. Default 20."""
+    """Seed 001: fires of its watches (document, time, tool; not notices) per conversation in any 24 hours. The
+    watch whose fire would go past it ends in `error` and says so once; it does not resume the next day; other
+    sources neither count nor end by it. Default 20."""
     MONITOR_MAX_ARMED_TOOL_WATCHES_PER_ACCOUNT: int = 10
     """Seed 001: armed tool watches (each a recurring poll) one account may have. Default 10."""
     TOOL_SOURCES_ENABLED: bool = True

@@ -290,22 +290,9 @@ def _store_one(run: CommandRun, monitor: Monitor, record: dict, now: datetime, l
 
 def _wake(run: CommandRun, monitor: Monitor, seq: int, text: str, now: datetime, life: Lifecycle, stored: Stored,
           extra: dict) -> None:
-    """One wake per record that wakes; past MONITOR_MAX_WAKES_PER_HOUR the watch pauses and says so, past the
-    conversation's fires for the day it ends in error."""
-    if over_daily_cap(monitor, now, life):
-        recorded = end_in_error(monitor, monitor.claim_seq, daily_cap_reason(life, clean_found(text)[:500]), now)
-        stored.woke.append(recorded.woke)
-        run.status = STOPPING
-        stored.stopped_devices.append(run.device_id)
-        return
-    if wakes_in_last_hour(monitor.id, now) >= life.max_wakes_per_hour:
-        reason = (f"Its watcher would have woken you more than {life.max_wakes_per_hour} times in an hour, so it "
-                  f"was stopped; the latest output was: {clean_found(text)[:500]}")
-        recorded = pause_and_tell(monitor, monitor.claim_seq, reason, now)
-        stored.woke.append(recorded.woke)
-        run.status = STOPPING
-        stored.stopped_devices.append(run.device_id)
-        return
+    """One wake per record that wakes. A stream is seed 002's: its own guards bound it (the device's 200 ms
+    batching and 5,000-line flood guard, the expiry, a cancel), so neither MONITOR_MAX_WAKES_PER_HOUR nor seed
+    001's daily fire cap applies (issue 27); `life` is kept for the caller's shape."""
     stored.woke.append(write_wake(monitor, "command", f"run:{run.id}:{seq}", text,
                                   {"run_id": run.id, "seq": seq, **extra}))
 

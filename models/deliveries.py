@@ -27,8 +27,8 @@ from models.judging import JudgePolicy, judge_match
 from models.events import record_event
 from models.expect import arrived
 from models.results import (
-    Lifecycle, Recorded, caps_columns, caps_params, caps_reached, counts_of, fire_caps, pause_and_tell, record_check,
-    record_judge_failure, write_wake,
+    Lifecycle, Recorded, caps_columns, caps_params, caps_reached, counts_of, daily_capped, fire_caps, pause_and_tell,
+    record_check, record_judge_failure, write_wake,
 )
 from models.tables import ACTIVE, Conversation, Delivery, Monitor, TriggerLink
 
@@ -181,9 +181,11 @@ def _clear_of_caps(todo: list[Delivery], life: Lifecycle, now: datetime) -> set[
     per_conversation = Counter()
     for monitor_id, count in per_monitor.items():
         per_conversation[conversation[monitor_id]] += count
-    counts = counts_of(list(per_monitor), now, life)
+    capped = {delivery.link.monitor.id for delivery in todo if daily_capped(delivery.link.monitor)}
+    counts = counts_of(list(per_monitor), now, life, daily=bool(capped))  # a trigger link's: no daily cap
     return {monitor_id for monitor_id, (day, hour) in counts.items()
-            if day + per_conversation[conversation[monitor_id]] < life.max_fires_per_conversation_day
+            if (monitor_id not in capped
+                or day + per_conversation[conversation[monitor_id]] < life.max_fires_per_conversation_day)
             and hour + per_monitor[monitor_id] < life.max_wakes_per_hour}
 
 
@@ -376,7 +378,7 @@ def _mark(delivery: Delivery, now: datetime, outcome: str, life: Lifecycle | Non
         params = (now, outcome, delivery.id, *caps_params(delivery.link.monitor, now, life))
         marked, day, hour = run_prepared("vigil_delivery_mark_caps", _MARK_AND_CAPS_SQL + caps_columns(),
                                          params).fetchone()
-        caps = caps_reached(day, hour, life)
+        caps = caps_reached(day, hour, life, delivery.link.monitor)
     else:
         marked = _MARK.rowcount(delivery.id, now, outcome)
     if marked != 1:

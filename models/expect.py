@@ -111,7 +111,8 @@ def _announce_back(monitor: Monitor):
 
 def _miss(monitor: Monitor, now: datetime, life: Lifecycle) -> Recorded:
     """One missed window (or several, when the tick ran late): a wake that counts like a fire, within the
-    monitor's max_wakes, the hourly cap (past it, a pause) and the conversation's daily cap (an end in error)."""
+    monitor's max_wakes and the hourly cap (past it, a pause); a trigger link is seed 000's, so seed 001's daily
+    cap is not its guard (caps_reached never says it is over it)."""
     over_day, over_hour, waiting = _caps_and_waiting(monitor, now, life)
     if waiting:
         return Recorded(False)  # a delivery came in time and is still on its way through the queue
@@ -163,7 +164,7 @@ def _caps_and_waiting(monitor: Monitor, now: datetime, life: Lifecycle) -> tuple
     deadline has not been processed yet: one statement, one round trip."""
     day, hour, waiting = run_prepared("vigil_miss_caps", _caps_and_waiting_sql(database.param),
                                       (*caps_params(monitor, now, life), monitor.id, monitor.expect_due_at)).fetchone()
-    return (*caps_reached(day, hour, life), bool(waiting))
+    return (*caps_reached(day, hour, life, monitor), bool(waiting))
 
 
 @functools.cache

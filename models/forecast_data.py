@@ -12,7 +12,7 @@ from peewee import fn
 
 from engine.forecast import HISTORY_DAYS, History, Watched, forecast, history, observed_seconds
 from engine.spec import MonitorSpec
-from engine.sources import SourceSpec
+from engine.sources import DAILY_CAP_SOURCES, SourceSpec
 from models.results import fires_in_last_day
 from models.tables import Monitor, MonitorRun
 
@@ -25,10 +25,12 @@ CHANGE_KINDS = ("changed", "fired")
 
 def forecast_for(user_id: int, conversation_id: int | None, spec: MonitorSpec, daily_cap: int, now: datetime,
                  ends_at: datetime | None = None) -> dict:
-    """The dry run's forecast; a conversation not stored yet (None) has had no fires."""
-    fired = fires_in_last_day(conversation_id, now) if conversation_id is not None else 0
+    """The dry run's forecast; a conversation not stored yet (None) has had no fires. Only seed 001's watches have
+    the daily cap: another monitor's wakes_left is its max_wakes whole (a cap of max_wakes, none fired)."""
+    capped = spec.source.type in DAILY_CAP_SOURCES
+    fired = fires_in_last_day(conversation_id, now) if capped and conversation_id is not None else 0
     past = source_history(user_id, spec.source, now) if spec.condition else None  # no judge: no rate to tell
-    return forecast(spec, now, past, fired, daily_cap, ends_at)
+    return forecast(spec, now, past, fired, daily_cap if capped else spec.max_wakes, ends_at)
 
 
 def source_history(user_id: int, source: SourceSpec, now: datetime) -> History | None:

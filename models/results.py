@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from peewee import PostgresqlDatabase, fn
 
 from engine.pipeline import ERROR, FIRED, QUIET, Outcome
-from engine.sources import DOCUMENT_SOURCES, ERROR_PATH_SOURCES
+from engine.sources import DAILY_CAP_SOURCES, DOCUMENT_SOURCES, ERROR_PATH_SOURCES
 from engine.explain import change_data
 from engine.wake import ended_text, paused_text, time_text, wake_text
 from models.coalesce import (
@@ -30,8 +30,9 @@ class Lifecycle:
     """The limits that pause a monitor (settings of the same names)."""
     unreachable_grace_seconds: int = 6 * 3600
     autopause_failures: int = 3
+    #: seed 000's sources and seed 001's watches (not seed 002's streams): past it the monitor pauses
     max_wakes_per_hour: int = 10
-    #: seed 001: fires per conversation in any 24 hours; the monitor whose fire is past it ends in error
+    #: seed 001: its watches' fires per conversation in any 24 hours; the watch whose fire is past it ends in error
     max_fires_per_conversation_day: int = 20
 
 
@@ -240,19 +241,37 @@ def daily_cap_reason(life: Lifecycle, finding: str) -> str:
 _NOTICE_KEYS = ("expired", "error", "misfit", "denied")
 
 
+def daily_capped(monitor: Monitor) -> bool:
+    """Whether seed 001's daily fire cap is this monitor's guard: only seed 001's watches (DAILY_CAP_SOURCES)."""
+    return (monitor.source or {}).get("type") in DAILY_CAP_SOURCES
+
+
 def over_daily_cap(monitor: Monitor, now: datetime, life: Lifecycle) -> bool:
-    """Whether the conversation has had its fires for any 24 hours already (seed 001's 20 a day)."""
+    """Whether this seed 001 watch's conversation has had its fires for any 24 hours already (seed 001's 20 a
+    day); never for another kind of monitor."""
+    if not daily_capped(monitor):
+        return False
     return fires_in_last_day(monitor.conversation_id, now) >= life.max_fires_per_conversation_day
 
 
+#: the fires of seed 001's watches in a conversation ({kind}: _source_type's expression for their type)
 _FIRES_FROM = ("FROM wakes w JOIN monitors m ON m.id = w.monitor_id WHERE m.conversation_id = {conversation} "
-               "AND w.created_at > {p} AND w.dedupe_key NOT IN ({keys}) AND w.dedupe_key NOT LIKE 'paused:%%'")
+               "AND w.created_at > {p} AND w.dedupe_key NOT IN ({keys}) AND w.dedupe_key NOT LIKE 'paused:%%' "
+               "AND {kind} IN (" + ", ".join(f"'{kind}'" for kind in DAILY_CAP_SOURCES) + ")")
 _FIRES_SQL = "SELECT COUNT(*) " + _FIRES_FROM
 
 
 def fires_in_last_day(conversation_id: int, now: datetime) -> int:
-    sql = _FIRES_SQL.format(p=database.param, conversation=database.param, keys=_notice_keys())
+    """The fires of the conversation's seed 001 watches in the last 24 hours (what their daily cap counts)."""
+    sql = _FIRES_SQL.format(p=database.param, conversation=database.param, keys=_notice_keys(), kind=_source_type())
     return database.execute_sql(sql, (conversation_id, now - timedelta(days=1))).fetchone()[0]
+
+
+def _source_type(postgres: bool | None = None) -> str:
+    """The SQL expression for the type in the source of the monitor `m` (the source is JSON text)."""
+    if postgres is None:
+        postgres = isinstance(database.obj, PostgresqlDatabase)
+    return "(m.source::json ->> 'type')" if postgres else "json_extract(m.source, '$.type')"
 
 
 #: the daily and the hourly count as two columns, each counted only up to its cap; {conversation} and {monitor}
@@ -266,13 +285,13 @@ def fire_caps(monitor: Monitor, now: datetime, life: Lifecycle) -> tuple[bool, b
     """Whether a fire now would go past the conversation's daily cap, and past the monitor's hourly one: what
     over_daily_cap and wakes_in_last_hour say, in one statement that stops counting at each cap."""
     day, hour = run_prepared("vigil_fire_caps", "SELECT " + caps_columns(), caps_params(monitor, now, life)).fetchone()
-    return caps_reached(day, hour, life)
+    return caps_reached(day, hour, life, monitor)
 
 
 def caps_columns() -> str:
     """fire_caps' two counts, as columns for a statement of the caller's that also does something else."""
     p = database.param
-    return _CAPS_COLUMNS.format(p=p, conversation=p, monitor=p, keys=_notice_keys())
+    return _CAPS_COLUMNS.format(p=p, conversation=p, monitor=p, keys=_notice_keys(), kind=_source_type())
 
 
 def _notice_keys() -> str:
@@ -280,26 +299,33 @@ def _notice_keys() -> str:
 
 
 def caps_params(monitor: Monitor, now: datetime, life: Lifecycle) -> tuple:
-    return (monitor.conversation_id, now - timedelta(days=1), life.max_fires_per_conversation_day, monitor.id,
-            now - timedelta(hours=1), life.max_wakes_per_hour)
+    """caps_columns' parameters; a monitor the daily cap is not the guard of counts no fires for it (LIMIT 0)."""
+    day_limit = life.max_fires_per_conversation_day if daily_capped(monitor) else 0
+    return (monitor.conversation_id, now - timedelta(days=1), day_limit, monitor.id, now - timedelta(hours=1),
+            life.max_wakes_per_hour)
 
 
 #: PostgreSQL: fire_caps' two counts for each of several monitors at once (models/deliveries' rounds)
 _CAPS_OF_SQL = ("SELECT o.id, " + _CAPS_COLUMNS.format(p="%s", conversation="o.conversation_id", monitor="o.id",
-                                                        keys="{keys}") + " FROM monitors o WHERE o.id = ANY(%s)")
+                                                        keys="{keys}", kind=_source_type(postgres=True))
+                + " FROM monitors o WHERE o.id = ANY(%s)")
 
 
-def counts_of(monitor_ids: list[str], now: datetime, life: Lifecycle) -> dict[str, tuple[int, int]]:
+def counts_of(monitor_ids: list[str], now: datetime, life: Lifecycle,
+              daily: bool = True) -> dict[str, tuple[int, int]]:
     """Each monitor's (conversation's fires in the last day, its wakes in the last hour), as fire_caps counts
-    them (each stopping at its cap), in one statement."""
+    them (each stopping at its cap), in one statement. `daily` false: none of them has the daily cap, so no
+    fires are counted (0)."""
     sql = _CAPS_OF_SQL.format(keys=_notice_keys())
-    rows = run_prepared("vigil_caps_of", sql, (now - timedelta(days=1), life.max_fires_per_conversation_day,
-                                               now - timedelta(hours=1), life.max_wakes_per_hour, monitor_ids))
+    day_limit = life.max_fires_per_conversation_day if daily else 0
+    rows = run_prepared("vigil_caps_of", sql, (now - timedelta(days=1), day_limit, now - timedelta(hours=1),
+                                               life.max_wakes_per_hour, monitor_ids))
     return {monitor_id: (day, hour) for monitor_id, day, hour in rows.fetchall()}
 
 
-def caps_reached(day: int, hour: int, life: Lifecycle) -> tuple[bool, bool]:
-    return day >= life.max_fires_per_conversation_day, hour >= life.max_wakes_per_hour
+def caps_reached(day: int, hour: int, life: Lifecycle, monitor: Monitor) -> tuple[bool, bool]:
+    """(past the daily cap: only ever for seed 001's watches, past the hourly cap) from caps_columns' counts."""
+    return daily_capped(monitor) and day >= life.max_fires_per_conversation_day, hour >= life.max_wakes_per_hour
 
 
 #: the wakes that count toward the hourly cap: not the expiry notice, not pause notices

@@ -25,11 +25,14 @@ KINDS = {"page": page, "json": json_source, "feed": feed, "file": file, "metric"
 DOCUMENT_SOURCES = ("document", "ingest")
 #: seed 001's watches: three evaluation failures in a row end them in `error` (seed 000's pause them)
 ERROR_PATH_SOURCES = (*DOCUMENT_SOURCES, "tool")
+#: seed 001's watches, the only ones its daily fire cap counts and ends (MONITOR_MAX_FIRES_PER_CONVERSATION_DAY);
+#: seed 000's sources keep its hourly pause alone, and seed 002's streams neither (issue 27)
+DAILY_CAP_SOURCES = ("document", "time", "tool")
 SOURCE_TYPES = tuple(KINDS)
 #: the fields read() fills placeholders in; the url's values are percent-encoded
 PLACEHOLDER_FIELDS = ("url", "path", "command")
 
-__all__ = ["DOCUMENT_SOURCES", "ERROR_PATH_SOURCES", "KINDS", "SOURCE_TYPES", "Fetched", "SourceIO", "SourcePolicy", "SourceSpec",
+__all__ = ["DAILY_CAP_SOURCES", "DOCUMENT_SOURCES", "ERROR_PATH_SOURCES", "KINDS", "SOURCE_TYPES", "Fetched", "SourceIO", "SourcePolicy", "SourceSpec",
            "fill_placeholders", "normalize", "parse_source", "read", "read_checked"]
 
 

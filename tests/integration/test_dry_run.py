@@ -160,17 +160,22 @@ def test_dry_run_forecasts_judge_calls_from_the_sources_history(client, owner, p
     assert other["forecast"]["judge_calls_basis"].startswith("no history for this source")
 
 
-def test_dry_run_wakes_left_counts_the_conversations_fires_today(client, owner, pages, reconfigure, run_due_checks):
+def test_dry_run_wakes_left_counts_the_conversations_seed_001_fires_today_for_seed_001_watches_only(
+        client, owner, pages, reconfigure, drain):
+    from tests.integration.test_documents import DONE, put, watch
+
     reconfigure(MONITOR_MAX_FIRES_PER_CONVERSATION_DAY=2)
-    url = pages.set("/p", "<p>v1</p>")
-    watch = tool(client, owner[1], "monitor_create", {"description": "the page changes", "interval": "5m",
-                                                      "source": {"type": "page", "url": url}}).json()["result"]
-    pages.set("/p", "<p>v2</p>")
-    run_due_checks()
-    assert len(wakes(watch["monitor_id"])) == 1
-    quote = below_90(pages.set("/quote", QUOTE), max_wakes=5)
-    assert dry(client, owner[1], quote)["result"]["forecast"]["wakes_left"] == 1
-    assert dry(client, owner[1], quote, conversation="conv-2")["result"]["forecast"]["wakes_left"] == 2
+    fired = watch(client, owner[1], DONE, item_id="job-1")["monitor_id"]
+    put(client, owner[1], "transcription_jobs/job-1", {"status": "done"})
+    drain()
+    assert len(wakes(fired)) == 1
+    document = {"description": "job 2 is done", "source": {"type": "document", "item_type": "transcription_jobs",
+                                                          "item_id": "job-2"},
+                "check": {"type": "cel", "expr": DONE}, "max_wakes": 5}
+    assert dry(client, owner[1], document)["result"]["forecast"]["wakes_left"] == 1
+    assert dry(client, owner[1], document, conversation="conv-2")["result"]["forecast"]["wakes_left"] == 2
+    quote = below_90(pages.set("/quote", QUOTE), max_wakes=5)  # a page: seed 000's, the daily cap is not its guard
+    assert dry(client, owner[1], quote)["result"]["forecast"]["wakes_left"] == 5
 
 
 def test_dry_run_over_mcp_answers_the_same_and_stores_nothing(postgres, owner, pages, tmp_path):

@@ -600,25 +600,22 @@ def test_result_with_another_devices_token_is_404(client, owner, stranger, run_d
     assert response.status_code == 404 and snapshot() == before
 
 
-# --- the hourly cap ------------------------------------------------------------------------------------------
+# --- neither cap applies to a stream ------------------------------------------------------------------------
 
-def test_stream_over_the_hourly_cap_pauses_once_and_its_run_gets_a_stop_order(client, owner, reconfigure):
-    reconfigure(MONITOR_MAX_WAKES_PER_HOUR=2)
+def test_stream_with_more_wakes_than_the_hourly_cap_keeps_waking(client, owner, reconfigure):
+    """Seed 002's watcher is bounded by its own guards (batching, the device's flood guard, expiry, cancel):
+    neither MONITOR_MAX_WAKES_PER_HOUR nor the daily fire cap pauses or ends it (issue 27)."""
+    reconfigure(MONITOR_MAX_WAKES_PER_HOUR=2, MONITOR_MAX_FIRES_PER_CONVERSATION_DAY=2)
     device, created, run = stream_run(client, owner)
     token = device["token"]
     send(client, token, run.id, started())
-    assert send(client, token, run.id, lines(2, "ERROR a"), lines(3, "ERROR b")).json() == {"acked": 3}
-    assert len(wakes(created["monitor_id"])) == 2 and status_of(created["monitor_id"]) == "active"
-    assert send(client, token, run.id, lines(4, "ERROR c"), lines(5, "ERROR d")).json() == {"acked": 5}
-    assert status_of(created["monitor_id"]) == "paused"
-    texts = [w.content for w in wakes(created["monitor_id"])]
-    assert len(texts) == 3 and texts[2].startswith("Monitor paused") and "more than 2 times in an hour" in texts[2]
-    assert "ERROR c" in texts[2]
-    assert send(client, token, run.id, lines(6, "ERROR e")).json() == {"acked": 6}
-    assert len(wakes(created["monitor_id"])) == 3, "no wake after the pause"
+    records = [lines(seq, f"ERROR {seq}") for seq in range(2, 8)]
+    assert send(client, token, run.id, *records[:3]).json() == {"acked": 4}
+    assert send(client, token, run.id, *records[3:]).json() == {"acked": 7}
+    woken = wakes(created["monitor_id"])
+    assert [w.metadata["wake"]["source"] for w in woken] == ["command"] * 6
+    assert all(f"ERROR {seq}" in w.content for seq, w in zip(range(2, 8), woken))
+    assert status_of(created["monitor_id"]) == "active"
     with db():
-        assert CommandRun.get_by_id(run.id).status == "stopping"
-    assert poll(client, token).json() == {"assignments": [], "stops": [run.id]}
-    assert send(client, token, run.id, exited(7, None, "stopped")).json() == {"acked": 7}
-    assert poll(client, token).json() == {"assignments": [], "stops": []}, "the stop order ends with the run"
-    assert status_of(created["monitor_id"]) == "paused" and len(wakes(created["monitor_id"])) == 3
+        assert CommandRun.get_by_id(run.id).status == "running"
+    assert poll(client, token).json() == {"assignments": [], "stops": []}, "no stop order: it keeps watching"
