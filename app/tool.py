@@ -27,7 +27,7 @@ from engine.links import app_base, public_base
 from app.settings import limits_from
 from adapters.mcp_client import McpError, list_tools
 from engine.sources import DOCUMENT_SOURCES
-from models.connections import credentials, find_connection
+from models.connections import credentials, duplicated_names, end_duplicated_watches, find_connection
 from models.tables import ACTIVE, Conversation, User
 from tasks.checks import queue_claims
 from tasks.events import publish_monitor
@@ -107,7 +107,16 @@ async def _list_connection(caller: Caller, name: str) -> tuple[tuple | None, str
         return None, f"The MCP connection {name!r} did not list its tools within {deadline:g} seconds; try again."
     except McpError as exc:
         return None, f"The MCP connection {name!r} could not list its tools: {exc.message}"
+    if duplicated_names(tools):
+        await sync_to_thread(_end_duplicated, user_id, name, tools)
     return tuple(tools), ""
+
+
+def _end_duplicated(user_id: int, name: str, tools: list) -> None:
+    """The listing names a tool twice: that tool's live watches end now, as their next poll would end them."""
+    with connection():
+        for monitor, woke in end_duplicated_watches(user_id, name, tools, utcnow()):
+            publish_monitor(monitor, woke)
 
 
 def _connection_credentials(caller: Caller, name: str) -> tuple[int, str, str | None] | None:

@@ -8,6 +8,7 @@ connection held: what reaches this module is the listing they got.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import replace
 from datetime import datetime
 
@@ -20,7 +21,7 @@ from engine.spec import MonitorSpec
 from engine.tools import check_mcp_arguments, mcp_fingerprint
 from models.db import iso, write_transaction
 from models.tables import McpConnection, User
-from models.tools import ToolRefused, end_watches
+from models.tools import ToolRefused, connection_key, end_watches
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
 
@@ -85,9 +86,28 @@ def pick_tool(listing: list, connection: str, name: str):
         names = ", ".join(repr(t.name) for t in listing[:20]) or "none"
         raise ToolRefused(f"The MCP connection {connection!r} has no tool {name!r} (its tools: {names}).")
     if len(found) > 1:
-        raise ToolRefused(f"The MCP connection {connection!r} lists two tools named {name!r}; Vigil won't guess "
-                          "which one to run.")
+        raise ToolRefused(listed_twice(connection, name))
     return found[0]
+
+
+def listed_twice(connection: str, name: str) -> str:
+    return f"The MCP connection {connection!r} lists two tools named {name!r}; Vigil won't guess which one to run."
+
+
+def duplicated_names(listing: list) -> list[str]:
+    """The tool names a connection's listing shows more than once."""
+    return sorted(name for name, times in Counter(tool.name for tool in listing).items() if times > 1)
+
+
+def end_duplicated_watches(user_id: int, connection: str, listing: list, now: datetime) -> list:
+    """As soon as Vigil sees a listing that names a tool twice, every live watch of that name on the connection
+    ends, with the notice its own next poll would give. Returns them with their wakes."""
+    ended = []
+    for name in duplicated_names(listing):
+        with write_transaction():
+            ended += end_watches(connection_key(user_id, connection, name),
+                                 f"{listed_twice(connection, name)} The watch stopped rather than guess.", now)
+    return ended
 
 
 def resolve_connection_watch(user: User, spec: MonitorSpec, listing: list) -> tuple[MonitorSpec, bool]:

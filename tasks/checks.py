@@ -24,7 +24,7 @@ from engine.sources.base import SourceSpec
 from adapters.mcp_client import McpError
 from adapters.metrics import count_check
 from engine.tools import RUN_SECONDS, mcp_fingerprint, mcp_run_body, poll_tool
-from models.connections import credentials, find_connection, pick_tool
+from models.connections import credentials, end_duplicated_watches, find_connection, pick_tool
 from models.tools import ToolRefused
 from engine.placeholders import has_placeholders, values as placeholder_values
 from engine.sources.time_source import parse_time
@@ -306,6 +306,8 @@ def _run_connection_tool(runtime: Runtime, monitor: Claimed, prior: Prior, now):
     url, token = credentials(row, runtime.keyring)
     try:
         tools = mcp.listing(row.id, url, token, max(monitor.interval_seconds, 60), settings.FETCH_ALLOW_LOOPBACK)
+        for ended, woke in end_duplicated_watches(monitor.user_id, source["connection"], tools, now):
+            publish_monitor(ended, woke)  # every watch of a name listed twice, not only this one
         try:
             tool = pick_tool(tools, source["connection"], source["tool"])
         except ToolRefused as exc:

@@ -14,6 +14,8 @@ Tools on offer (pick with `tools=`; the first three are the default):
 - `refuse()`            raises an MCPError: a JSON-RPC error, not a result
 
 With `page_size=` tools/list answers that many tools a page, with nextCursor for the rest.
+`list_twice(name)` makes tools/list show that tool twice (as a server that merges two backends can),
+while tools/call keeps running the one registered.
 `reshape_get_status()` re-registers get_status with an extra argument, so its inputSchema (and a
 fingerprint of it) changes while the server keeps running. With `token=` every request needs
 `Authorization: Bearer <token>`; anything else is answered 401 by the SDK's bearer middleware.
@@ -59,9 +61,12 @@ class _PagingServer(MCPServer):
     """MCPServer lists every tool in one page; this one pages them when page_size is set."""
 
     page_size: int | None = None
+    #: names listed twice (McpTestServer.list_twice)
+    listed_twice: frozenset[str] = frozenset()
 
     async def _handle_list_tools(self, ctx, params) -> ListToolsResult:
         tools = await self.list_tools()
+        tools += [tool for tool in tools if tool.name in self.listed_twice]
         if not self.page_size:
             return ListToolsResult(tools=tools)
         start = int(params.cursor) if params is not None and params.cursor else 0
@@ -119,6 +124,10 @@ class McpTestServer:
             return {"ticket": ticket, "status": self.status, **detail}
         self._mcp.remove_tool("get_status")
         self._mcp.add_tool(get_status, annotations=READ_ONLY)
+
+    def list_twice(self, name: str) -> None:
+        """tools/list shows `name` twice from now on."""
+        self._mcp.listed_twice = self._mcp.listed_twice | {name}
 
     def _count(self, name: str) -> None:
         with self._lock:

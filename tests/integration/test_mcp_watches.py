@@ -1,7 +1,8 @@
 """Watches of an MCP connection's tools, against a real MCP server built with the official SDK (tests/mcp_server.py):
 only the owner's session adds a connection; a read-only tool arms at once and fires through the real scheduler and
 worker; one without readOnlyHint waits for the owner's approval; a destructive one is refused; a changed inputSchema
-or a removed connection ends the watch and says so; the bearer token never comes back."""
+or a removed connection ends the watch and says so, and a name listed twice ends every watch of it as soon as Vigil
+sees the listing; the bearer token never comes back."""
 
 from __future__ import annotations
 
@@ -140,6 +141,37 @@ def test_a_changed_input_schema_ends_the_watch_and_tells_once(client, owner, ser
     calls = server.calls["get_status"]
     run_due_checks(past_next_poll(monitor_id))
     assert server.calls["get_status"] == calls and len(wakes(monitor_id)) == 1
+
+
+def test_a_name_listed_twice_ends_every_watch_of_it_at_the_poll_that_sees_it(client, owner, server, run_due_checks):
+    connect(client, login(client), server.url)
+    often = watch(client, owner[1], "get_status", {"ticket": "T-7"}, interval="5m")["result"]["monitor_id"]
+    rarely = watch(client, owner[1], "get_status", {"ticket": "T-8"}, interval="6h")["result"]["monitor_id"]
+    assert run_due_checks(1) == 2  # their first polls
+    server.list_twice("get_status")
+    forget_listings()
+    assert run_due_checks(past_next_poll(often)) == 1  # only the frequent watch polls, and sees the listing
+    ended = [monitor_row(often), monitor_row(rarely)]
+    assert [m.status for m in ended] == ["error", "error"]
+    assert ended[0].last_error == ended[1].last_error
+    assert "lists two tools named 'get_status'" in ended[1].last_error and "stopped rather than guess" in \
+        ended[1].last_error
+    for monitor_id in (often, rarely):
+        [told] = wakes(monitor_id)
+        assert told.metadata["wake"]["source"] == "monitor_error" and "two tools named" in told.content
+    assert server.calls["get_status"] == 2, "no tool runs once its name is listed twice"
+
+
+def test_a_create_that_lists_a_name_twice_ends_the_watches_of_it_at_once(client, owner, server):
+    connect(client, login(client), server.url)
+    armed = watch(client, owner[1], "get_status", {"ticket": "T-7"}, interval="6h")["result"]["monitor_id"]
+    server.list_twice("get_status")
+    refused = watch(client, owner[1], "get_status", {"ticket": "T-9"})
+    assert refused["ok"] is False and "lists two tools named 'get_status'" in refused["error"]
+    monitor = monitor_row(armed)
+    assert monitor.status == "error" and "stopped rather than guess" in monitor.last_error
+    assert len(wakes(armed)) == 1
+    assert watch(client, owner[1], "bump", {"n": 1}, expr="outputText != ''")["ok"] is True  # others stay watchable
 
 
 def test_removing_the_connection_ends_its_watches(client, owner, server):
