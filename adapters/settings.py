@@ -91,6 +91,9 @@ class Settings:
     sources neither count nor end by it. Default 20."""
     MONITOR_MAX_ARMED_TOOL_WATCHES_PER_ACCOUNT: int = 10
     """Seed 001: armed tool watches (each a recurring poll) one account may have. Default 10."""
+    TOOL_MIN_INTERVAL_SECONDS: int = 300
+    """Seed 001: the shortest interval a tool watch polls at; shorter ones (intervalMinutes 0 included) are raised
+    to it with a note, and jitter never polls sooner. From 1 to 86400. Default 300 (5 minutes)."""
     TOOL_SOURCES_ENABLED: bool = True
     """The owner's switch for tool sources: off, no tool watch is armed and every armed one pauses at its next
     poll, saying why. Default true."""
@@ -214,6 +217,8 @@ class Settings:
             changes["SECRET_KEY"] = _stored_secret(data_dir)
         if self.MONITOR_MIN_INTERVAL_SECONDS < 1:
             raise SettingsError("MONITOR_MIN_INTERVAL_SECONDS must be at least 1")
+        if not 1 <= self.TOOL_MIN_INTERVAL_SECONDS <= 86400:
+            raise SettingsError("TOOL_MIN_INTERVAL_SECONDS must be from 1 to 86400 (a day, the longest tool interval)")
         for name in ("MONITOR_EVENTS_KEPT", "CREATE_CONCURRENCY", "CREATE_CONCURRENCY_PER_ACCOUNT", "API_RATE_PER_MINUTE",
                      "API_MAX_BODY_BYTES", "WEB_THREADS", "WEB_PUBLIC_THREADS", "DATABASE_MAX_CONNECTIONS"):
             if getattr(self, name) < 1:

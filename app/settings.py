@@ -14,4 +14,5 @@ def limits_from(settings: Settings) -> Limits:
                   max_armed_per_conversation=settings.MONITOR_MAX_ARMED_PER_CONVERSATION,
                   max_armed_per_account=settings.MONITOR_MAX_ARMED_PER_ACCOUNT,
                   document_sweep=settings.DOCUMENT_SWEEP_SECONDS,
-                  max_armed_tool_watches=settings.MONITOR_MAX_ARMED_TOOL_WATCHES_PER_ACCOUNT)
+                  max_armed_tool_watches=settings.MONITOR_MAX_ARMED_TOOL_WATCHES_PER_ACCOUNT,
+                  tool_min_interval=settings.TOOL_MIN_INTERVAL_SECONDS)

@@ -69,14 +69,15 @@ def _document(body: dict) -> dict:
 
 
 def _agent_tool(body: dict) -> dict:
-    """toolName + toolArgs on agentId (default: the calling agent), polled every intervalMinutes (5–1440)."""
+    """toolName + toolArgs on agentId (default: the calling agent), polled every intervalMinutes, clamped to 5–1440
+    (the floor is TOOL_MIN_INTERVAL_SECONDS) with a note: 0 asks for the fastest allowed."""
     condition = _condition(body, "agent_tool", "data.reached == true")
     source = {"type": "tool", "tool": body.get("toolName"), "arguments": body.get("toolArgs") or {}}
     if body.get("agentId") is not None:
         source["agent_id"] = body["agentId"]
     arguments = {"source": source, "check": {"type": "cel", "expr": condition}}
     if body.get("intervalMinutes") is not None:
-        arguments["interval"] = round(_minutes(body["intervalMinutes"], "intervalMinutes", None) * 60)
+        arguments["interval"] = round(_interval_minutes(body["intervalMinutes"]) * 60)
     return arguments
 
 
@@ -120,6 +121,14 @@ def _minutes(value: object, name: str, most: int | None) -> float:
         raise SpecError(f"{name} must be a number of minutes above 0 (got {value!r}).")
     if most is not None and value > most:
         raise SpecError(f"{name} may be at most {most} ({most // 1440} days) (got {value:g}).")
+    return float(value)
+
+
+def _interval_minutes(value: object) -> float:
+    """intervalMinutes as given, 0 included: monitor_create clamps it to the tool floor and says so in notes."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise SpecError(f"intervalMinutes must be a number of minutes, 0 or more (got {value!r}); it is clamped "
+                        "to 5–1440.")
     return float(value)
 
 

@@ -24,11 +24,14 @@ BUSY_MINUTE_RULE_FROM_SECONDS = 60
 
 
 def next_check_at(now: datetime, interval_seconds: int, rng: random.Random | None = None,
-                  slot: str | None = None) -> datetime:
+                  slot: str | None = None, never_early: bool = False) -> datetime:
     """`now` plus the interval, jittered, moved off minute :00 and :30. With `slot` (a url whose fetch monitors
-    share), the jitter is the one nearest to `slot`'s grid instead of a random one."""
+    share), the jitter is the one nearest to `slot`'s grid instead of a random one. `never_early` (a tool watch,
+    seed 001: never polled faster than its interval) keeps only jitter that delays."""
     spread = min(interval_seconds * JITTER_FRACTION, MAX_JITTER_SECONDS)
     jitter = toward_slot(now, interval_seconds, spread, slot) if slot else (rng or random).uniform(-spread, spread)
+    if never_early:
+        jitter = abs(jitter)
     due = max(now + timedelta(seconds=interval_seconds + jitter), now + timedelta(seconds=1))
     return off_busy_minutes(due) if interval_seconds >= BUSY_MINUTE_RULE_FROM_SECONDS else due
 

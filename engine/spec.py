@@ -8,7 +8,6 @@ from dataclasses import asdict, dataclass, replace
 from engine.checks import CheckSpec, parse_check
 from engine.durations import describe_duration, parse_duration
 from engine.errors import SpecError
-from engine.schedule import JITTER_FRACTION
 from engine.sources import SOURCE_TYPES, SourcePolicy, SourceSpec, parse_source
 from engine.sources.ingest import CONDITION as INGEST_CONDITION
 
@@ -44,6 +43,8 @@ class Limits:
     document_sweep: int = 300
     #: seed 001's armed agent_tool watches per account (each one is a recurring poll)
     max_armed_tool_watches: int = 10
+    #: the shortest interval a tool watch polls at (TOOL_MIN_INTERVAL_SECONDS); shorter ones are raised to it
+    tool_min_interval: int = 300
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,7 @@ def parse_create(arguments: object, limits: Limits,
     source = parse_source(arguments.get("source"), policy)
     # a watch whose event is a moment or a write polls on its own cadence: its rule says interval is ignored
     interval = (limits.default_interval if source.type in OWN_CADENCE
+                else _tool_interval(arguments.get("interval"), limits, notes) if source.type == "tool"
                 else _interval(arguments.get("interval"), limits, notes))
     spec = MonitorSpec(
         description=description,
@@ -120,8 +122,6 @@ def parse_create(arguments: object, limits: Limits,
         spec = _document_spec(spec, arguments, limits, notes)
     if spec.source.type == "ingest":
         spec = _ingest_spec(spec, arguments, limits, notes)
-    if spec.source.type == "tool":
-        spec = _tool_spec(spec, arguments, notes)
     if spec.check.value_path and spec.source.type == "page":
         raise SpecError("check.value_path reads JSON; on a page source leave it out and the first number in the text is read.")
     _refuse_for(spec)
@@ -246,20 +246,31 @@ def _ingest_spec(spec: MonitorSpec, arguments: dict, limits: Limits, notes: list
                    interval_seconds=_document_interval(arguments, limits, notes))
 
 
-#: seed 001: a watched tool is polled every 5 to 1440 minutes, jittered, and never faster than 5 minutes: the
-#: shortest interval stored is one whose -10% jitter (engine/schedule.py) still leaves 5 minutes
-TOOL_MIN_INTERVAL, TOOL_MAX_INTERVAL = 300, 86400
-TOOL_MIN_STORED_INTERVAL = math.ceil(TOOL_MIN_INTERVAL / (1 - JITTER_FRACTION))
+#: seed 001: a watched tool is polled every 5 to 1440 minutes (the floor is Limits.tool_min_interval, an operator
+#: setting); its jitter only ever delays a poll (engine/schedule.py), so it never polls sooner than its interval
+TOOL_MAX_INTERVAL = 86400
 
 
-def _tool_spec(spec: MonitorSpec, arguments: dict, notes: list[str]) -> MonitorSpec:
-    """A tool watch polls within seed 001's 5–1440 minutes; its check reads output, outputText, data and steps."""
-    seconds = spec.interval_seconds
-    clamped = min(max(seconds, TOOL_MIN_STORED_INTERVAL), TOOL_MAX_INTERVAL)
+def _tool_interval(raw: object, limits: Limits, notes: list[str]) -> int:
+    """A tool watch's interval clamped to tool_min_interval–24 hours, with a note; 0 (or less than a second) asks
+    for the fastest allowed, as seed 001's intervalMinutes 0 does. The general MONITOR_MIN_INTERVAL_SECONDS does
+    not apply: the tool floor is its own setting."""
+    if raw is None:
+        seconds = limits.default_interval
+    elif isinstance(raw, (int, float)) and not isinstance(raw, bool) and 0 <= raw < 1:
+        seconds = 0
+    else:
+        seconds = parse_duration(raw)
+        if seconds is None:
+            raise SpecError(f"interval must look like '15m', '2h' or a number of seconds (got {raw!r}).")
+    floor = min(limits.tool_min_interval, TOOL_MAX_INTERVAL)
+    clamped = min(max(seconds, floor), TOOL_MAX_INTERVAL)
     if clamped != seconds:
-        notes.append(f"A watched tool is polled every 5 minutes to 24 hours, never sooner than 5 minutes with its "
-                     f"jitter, so the interval is {describe_duration(clamped)}.")
-    return replace(spec, interval_seconds=clamped)
+        direction = "raised" if clamped > seconds else "lowered"
+        notes.append(f"A watched tool is polled every {describe_duration(floor)} at the soonest and once a day at "
+                     f"the latest, so the interval was {direction} from {describe_duration(seconds)} to "
+                     f"{describe_duration(clamped)}.")
+    return clamped
 
 
 def _document_interval(arguments: dict, limits: Limits, notes: list[str]) -> int:

@@ -35,7 +35,9 @@ def claim_due(now: datetime, limit: int) -> list[tuple[str, int]]:
         sources = {row[0]: _as_dict(row[3]) for row in rows}
         keys = {monitor_id: fetch_key(source) for monitor_id, source in sources.items()}
         if rows:  # monitors of one url are steered onto its slot, so they are claimed together (engine/schedule)
-            _mark_claimed(now, [(row[0], next_check_at(now, row[2], slot=keys[row[0]] or None)) for row in rows])
+            _mark_claimed(now, [(row[0], next_check_at(now, row[2], slot=keys[row[0]] or None,
+                                                       never_early=sources[row[0]].get("type") == "tool"))
+                                for row in rows])
     rows.sort(key=lambda row: claim_order(sources[row[0]]))  # one url's monitors in one batch: one shared fetch
     return [Claim(row[0], row[1] + 1, keys[row[0]]) for row in rows]
 

@@ -261,6 +261,25 @@ def test_output_main_that_fails_three_polls_running_ends_the_watch_in_error(clie
     assert "Its poll failed 3 times in a row" in wake.content and "output.main" in wake.content
 
 
+def test_output_main_compares_a_json_double_with_an_integer_argument(client, owner, api, run_due_checks):
+    """seed 001's own example: output.main compares the body's price (a double) with the call's integer limit."""
+    api.orders["A-1"] = {"status": "in transit", "price": 120.5}
+    priced = order_tool(api.base, output={"main": "{'reached': steps[0].body.price < args.limit, "
+                                                  "'same': steps[0].body.price != args.limit}"},
+                        parameters={"type": "object", "properties": {"order": {"type": "string"},
+                                                                     "limit": {"type": "integer"}},
+                                    "required": ["order", "limit"]})
+    registered(client, owner[1], priced)
+    monitor_id = watched(client, owner[1], arguments={"order": "A-1", "limit": 100})["monitor_id"]
+    run_due_checks()
+    monitor = monitor_row(monitor_id)
+    assert monitor.failure_count == 0 and monitor.last_error == "" and wakes(monitor_id) == []
+    api.orders["A-1"] = {"status": "in transit", "price": 99.5}
+    run_due_checks()
+    [wake] = wakes(monitor_id)
+    assert '"reached": true' in wake.content and "does not mix types" not in monitor_row(monitor_id).last_error
+
+
 def test_a_condition_cannot_read_a_steps_payload(client, owner, api, run_due_checks):
     """seed 001: per-step payloads are not exposed; the condition sees what output.main projects, and steps' status."""
     api.orders["A-1"] = {"status": "delivered"}
@@ -615,10 +634,10 @@ def test_seed_agent_tool_arms_the_same_watch_with_the_interval_clamped_to_five_m
     assert answer.status_code == 200, answer.text
     body = answer.json()
     assert body["monitorState"] == "armed"
-    assert any("every 5 minutes to 24 hours" in note for note in body["notes"])
+    assert any("polled every 5m at the soonest" in note and "raised from 1m to 5m" in note for note in body["notes"])
     monitor = monitor_row(body["monitorId"])
-    # 5 minutes and 34 s: its -10% jitter still leaves 5 minutes between polls
-    assert monitor.interval_seconds == 334 and monitor.source["type"] == "tool"
+    # 5 minutes: its jitter only delays a poll, so it is never polled sooner
+    assert monitor.interval_seconds == 300 and monitor.source["type"] == "tool"
     assert monitor.source["tool"] == "order_status" and monitor.source["agent_id"] == AGENT
     assert client.get(f"/api/monitors/{body['monitorId']}", headers=auth(owner[1])).json()["monitorState"] == "armed"
     assert run_due_checks(1) == 1 and api.credentials == [SECRET]
@@ -649,7 +668,39 @@ def test_seed_agent_tool_interval_above_a_day_is_lowered_to_1440_minutes(client,
     registered(client, owner[1], order_tool(api.base))
     body = seed_create(client, owner[1], agentId=AGENT, intervalMinutes=2000).json()
     assert monitor_row(body["monitorId"]).interval_seconds == 86400
-    assert any("every 5 minutes to 24 hours" in note for note in body["notes"])
+    assert any("once a day at the latest, so the interval was lowered from 1d9h20m to 1d" in note
+               for note in body["notes"])
+
+
+@pytest.mark.parametrize("minutes", [0, 2, 0.5])
+def test_seed_agent_tool_interval_below_the_floor_is_raised_to_five_minutes_with_a_note(client, owner, api, minutes):
+    registered(client, owner[1], order_tool(api.base))
+    answer = seed_create(client, owner[1], agentId=AGENT, intervalMinutes=minutes)
+    assert answer.status_code == 200, answer.text
+    body = answer.json()
+    assert body["monitorState"] == "armed" and monitor_row(body["monitorId"]).interval_seconds == 300
+    assert any("the interval was raised from" in note and "to 5m" in note for note in body["notes"]), body["notes"]
+
+
+def test_the_tool_floor_is_an_operator_setting(client, owner, api, reconfigure):
+    reconfigure(TOOL_MIN_INTERVAL_SECONDS=60)
+    registered(client, owner[1], order_tool(api.base))
+    body = seed_create(client, owner[1], agentId=AGENT, intervalMinutes=1).json()
+    assert body["monitorState"] == "armed" and monitor_row(body["monitorId"]).interval_seconds == 60
+    assert not any("raised" in note for note in body["notes"])
+    raised = seed_create(client, owner[1], agentId=AGENT, intervalMinutes=0).json()
+    assert monitor_row(raised["monitorId"]).interval_seconds == 60
+    assert any("raised from 0s to 1m" in note for note in raised["notes"])
+    direct = watched(client, owner[1], interval="30s")
+    assert direct["interval_seconds"] == 60 and any("raised from 30s to 1m" in note for note in direct["notes"])
+
+
+def test_seed_agent_tool_negative_interval_is_refused_with_nothing_created(client, owner, api):
+    registered(client, owner[1], order_tool(api.base))
+    answer = seed_create(client, owner[1], agentId=AGENT, intervalMinutes=-1)
+    assert answer.status_code == 400 and "intervalMinutes must be a number of minutes, 0 or more" in \
+        answer.json()["detail"]
+    assert monitor_count() == 0
 
 
 def test_seed_agent_tool_refusals_name_seed_fields_with_nothing_created(client, owner, api):

@@ -30,6 +30,16 @@ def test_next_check_at_over_random_times_and_intervals():
         assert interval * 0.9 - 1e-6 <= waited <= interval * 1.1 + 60 + 1e-6, (now, interval, at)
 
 
+def test_next_check_at_never_early_only_delays_a_tool_watch():
+    rng = random.Random(20261203)
+    now = datetime(2026, 12, 3, 10, 10, 10)
+    for _ in range(2_000):
+        waited = (next_check_at(now, 300, rng, never_early=True) - now).total_seconds()
+        assert 300 <= waited <= 330 + 60, waited
+    assert next_check_at(now, 300, FixedJitter(-30), never_early=True) == now + timedelta(seconds=330)
+    assert next_check_at(now, 300, FixedJitter(-30)) == now + timedelta(seconds=270)
+
+
 def test_next_check_at_is_reproducible_with_a_seed():
     now = datetime(2024, 5, 5, 10, 10, 10)
     first = [next_check_at(now, 900, random.Random(7)) for _ in range(3)]

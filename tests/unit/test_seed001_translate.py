@@ -70,6 +70,39 @@ def test_agent_tool_becomes_a_tool_source_polled_at_its_interval_with_its_condit
     assert call.arguments["interval"] == 600 and call.arguments["description"] == "the tool get_ticket"
 
 
+def tool_watch(**fields):
+    return {"watchType": "agent_tool", "toolName": "get_ticket", "toolArgs": {"id": "T-7"}, "agentId": "support",
+            "condition": {"expr": "data.done"}, **fields}
+
+
+@pytest.mark.parametrize("minutes", [0, 2, 0.001])
+def test_agent_tool_interval_below_five_minutes_is_clamped_to_the_floor_with_a_note(minutes):
+    spec, notes = parse_create(translate_create(tool_watch(intervalMinutes=minutes)).arguments, Limits())
+    assert spec.interval_seconds == 300
+    assert any("the interval was raised from" in note and "to 5m" in note for note in notes), notes
+
+
+def test_agent_tool_interval_floor_follows_the_operator_setting():
+    spec, notes = parse_create(translate_create(tool_watch(intervalMinutes=1)).arguments,
+                               Limits(tool_min_interval=60))
+    assert spec.interval_seconds == 60 and notes == []
+    spec, notes = parse_create(translate_create(tool_watch(intervalMinutes=0)).arguments,
+                               Limits(tool_min_interval=60))
+    assert spec.interval_seconds == 60 and notes == ["A watched tool is polled every 1m at the soonest and once a "
+                                                     "day at the latest, so the interval was raised from 0s to 1m."]
+
+
+def test_agent_tool_interval_is_not_raised_by_the_general_monitor_floor():
+    limits = Limits(min_interval=600, tool_min_interval=300)
+    spec, notes = parse_create(translate_create(tool_watch(intervalMinutes=5)).arguments, limits)
+    assert spec.interval_seconds == 300 and notes == []
+
+
+@pytest.mark.parametrize("minutes", [-1, "5", float("nan"), True])
+def test_agent_tool_interval_that_is_not_minutes_is_refused(minutes):
+    assert refusal(tool_watch(intervalMinutes=minutes)).startswith("intervalMinutes must be a number of minutes")
+
+
 def test_agent_tool_without_a_condition_is_refused_with_an_example():
     message = refusal({"watchType": "agent_tool", "toolName": "get_ticket"})
     assert message.startswith("condition is required for agent_tool") and "data.reached == true" in message
