@@ -1,8 +1,11 @@
 """A stream's output bytes as numbered-record bodies: lines, batches, the flood guard. Pure: no I/O, `now` passed in.
 
-A line ends at `\\n` (a trailing `\\r` goes too), or is cut after 16 KiB without one; lines within 200 ms of each
-other make one `lines` record; the 5,001st line trips the flood guard. Each frame carries the output offset it
-accounts for, so the caller stores a record and advances its read offset in one transaction.
+A line ends at `\\n` (a trailing `\\r` goes too). A run of 16 KiB without one is truncated: its first 16 KiB are the
+line, marked as truncated, and the rest up to the next newline is discarded (the line counts once toward the flood
+guard). The lines read within 200 ms of a batch's first make one `lines` record, however many: it shows them up to
+256 KiB of JSON (at most FLOOD_MAX_LINES) and counts the rest in `more`, so nothing is lost without a word. The
+5,001st line trips the flood guard. Each frame carries the output offset it accounts for, so the caller stores a
+record and advances its read offset in one transaction.
 """
 
 from __future__ import annotations
@@ -11,21 +14,31 @@ import json
 from dataclasses import dataclass
 from typing import Optional
 
-#: a run of this many bytes without a newline is cut into a line of its own
+#: a run of this many bytes without a newline is truncated to them; the rest of that line is discarded
 LINE_MAX_BYTES = 16 * 1024
 #: a batch closes when this long passes with no new line
 BATCH_GAP_SECONDS = 0.2
 #: ... and at the latest when its first line is this old: a batch is the lines read within 200 ms of its first,
 #: so no line waits longer than the window (and the tail interval) before it is sent, however busy the watcher
 BATCH_MAX_SECONDS = 0.2
-#: ... or when it holds this many lines
-BATCH_MAX_LINES = 100
-#: ... or this many bytes of JSON-encoded lines (a record stays well under the server's 64 KiB)
-BATCH_MAX_BYTES = 48 * 1024
 #: lines a watch may print; the next one stops it
 FLOOD_MAX_LINES = 5000
+#: the largest record (its JSON): the server's MAX_RECORD_BYTES and the uploader's request batch
+RECORD_MAX_BYTES = 256 * 1024
+#: a record shows its batch's lines up to this many bytes of JSON (the rest of the record's room is for its keys) ...
+BATCH_MAX_BYTES = RECORD_MAX_BYTES - 1024
+#: ... and up to this many lines; the batch's later lines are counted in the record's `more`
+BATCH_MAX_LINES = FLOOD_MAX_LINES
 #: the notice sent when the flood guard trips
 FLOOD_TEXT = f"the flood guard stopped the watch at {FLOOD_MAX_LINES:,} lines"
+#: room kept in a batch for a truncated line's mark
+_MARK_BYTES = 64
+
+
+def truncated_mark(length: int, known: bool) -> str:
+    """What ends a truncated line: the line's length in bytes, or its length so far when its batch was sent before
+    its newline came."""
+    return f" … [line truncated: {length:,} bytes{'' if known else ' so far'}]"
 
 
 @dataclass(frozen=True)
@@ -38,8 +51,8 @@ class Frame:
 
     @property
     def count(self) -> int:
-        """How many lines the record holds."""
-        return len(self.record["lines"])
+        """How many lines the record accounts for: those it shows and those it counts in `more`."""
+        return len(self.record["lines"]) + self.record.get("more", 0)
 
 
 class LineFramer:
@@ -54,9 +67,19 @@ class LineFramer:
         self._buffer_start = offset
         self._batch: list = []
         self._batch_bytes = 0
+        self._more = 0  # the open batch's lines past what its record shows
         self._batch_end = offset
         self._first = 0.0
         self._last = 0.0
+        self._discarding = False  # inside a truncated line: bytes are dropped up to its newline
+        self._cut_length = 0  # the truncated line's bytes so far
+        self._cut_at: Optional[int] = None  # its index in the open batch, while its mark is not written
+
+    def resume(self, previous: bytes) -> None:
+        """Starting at `offset` in output read before: `previous` is the byte before it. Anything but a newline
+        means the last frame ended at a truncation, so the rest of that line is discarded, not framed again."""
+        if self.offset and previous not in (b"", b"\n"):
+            self._discarding = True
 
     def feed(self, data: bytes, now: float) -> list:
         """Take output bytes that arrived at `now`; return the frames that closed."""
@@ -66,10 +89,18 @@ class LineFramer:
         self._buffer += data
         pos = 0
         while not self.flooded:
+            if self._discarding:
+                pos = self._discard(pos)
+                if self._discarding:
+                    break
+                continue
             line_end, next_pos = _next_line(self._buffer, pos)
             if next_pos is None:
                 break
-            frames += self._add(self._buffer[pos:line_end], self._buffer_start + next_pos, now)
+            cut = line_end == next_pos  # no newline within 16 KiB
+            frames += self._add(self._buffer[pos:line_end], self._buffer_start + next_pos, now, cut)
+            if cut and not self.flooded:
+                self._discarding, self._cut_length = True, next_pos - pos
             pos = next_pos
         del self._buffer[:pos]
         self._buffer_start += pos
@@ -84,14 +115,16 @@ class LineFramer:
 
     def deadline(self) -> Optional[float]:
         """When the open batch closes if no line comes, or None without one."""
-        if not self._batch:
+        if not self._batch and not self._more:
             return None
         return min(self._last + BATCH_GAP_SECONDS, self._first + BATCH_MAX_SECONDS)
 
     def close(self, now: float) -> list:
         """The output has ended: the partial last line (if any) and the open batch."""
         frames = []
-        if self._buffer and not self.flooded:
+        if self._discarding:
+            self._end_cut(self._buffer_start + len(self._buffer))
+        elif self._buffer and not self.flooded:
             end = self._buffer_start + len(self._buffer)
             frames += self._add(bytes(self._buffer), end, now)
         self._buffer.clear()
@@ -108,30 +141,57 @@ class LineFramer:
         count, self.dropped = self.dropped, 0
         return dropped_notice(count)
 
-    def _add(self, raw: bytes, end: int, now: float) -> list:
+    def _add(self, raw: bytes, end: int, now: float, cut: bool = False) -> list:
         if self.seen >= FLOOD_MAX_LINES:
             self.flooded = True
             return self._flush()
-        line = fit_json(bytes(raw).decode("utf-8", "replace"), BATCH_MAX_BYTES)
-        size = json_size(line) + 1
-        frames = self._flush() if self._batch and self._batch_bytes + size > BATCH_MAX_BYTES else []
-        if not self._batch:
+        if not self._batch and not self._more:
             self._first = now
         self.seen += 1
+        self._batch_end, self._last = end, now
+        line = fit_json(bytes(raw).decode("utf-8", "replace"), BATCH_MAX_BYTES - _MARK_BYTES)
+        size = json_size(line) + 2 + (_MARK_BYTES if cut else 0)  # 2: the ", " before it in the list
+        if self._more or len(self._batch) >= BATCH_MAX_LINES or self._batch_bytes + size > BATCH_MAX_BYTES:
+            self._more += 1  # the record shows its batch's first lines, and counts the rest
+            return []
+        if cut:
+            self._cut_at = len(self._batch)
         self._batch.append(line)
         self._batch_bytes += size
-        self._batch_end = end
-        self._last = now
-        if len(self._batch) >= BATCH_MAX_LINES or self._batch_bytes >= BATCH_MAX_BYTES:
-            frames += self._flush()
-        return frames
+        return []
+
+    def _discard(self, pos: int) -> int:
+        """Drop the truncated line's bytes from `pos`; where its newline ends it, or the end of the buffer."""
+        newline = self._buffer.find(b"\n", pos)
+        if newline < 0:
+            self._cut_length += len(self._buffer) - pos
+            return len(self._buffer)
+        self._cut_length += newline - pos - (newline > pos and self._buffer[newline - 1] == 0x0D)
+        self._end_cut(self._buffer_start + newline + 1)
+        return newline + 1
+
+    def _end_cut(self, end: int) -> None:
+        """The truncated line is over at output offset `end`: its mark has its length; its batch accounts for it."""
+        self._discarding = False
+        if self._batch or self._more:
+            self._batch_end = end
+        self._mark(known=True)
+
+    def _mark(self, known: bool) -> None:
+        if self._cut_at is not None:
+            self._batch[self._cut_at] += truncated_mark(self._cut_length, known)
+            self._cut_at = None
 
     def _flush(self) -> list:
-        if not self._batch:
+        if not self._batch and not self._more:
             return []
-        frame = Frame({"kind": "lines", "lines": self._batch}, self._batch_end, self.seen)
+        self._mark(known=False)
+        record = {"kind": "lines", "lines": self._batch}
+        if self._more:
+            record["more"] = self._more
+        frame = Frame(record, self._batch_end, self.seen)
         self.offset = self._batch_end
-        self._batch, self._batch_bytes = [], 0
+        self._batch, self._batch_bytes, self._more = [], 0, 0
         return [frame]
 
 
