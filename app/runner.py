@@ -28,8 +28,9 @@ from tasks.commands import check_command_result
 from tasks.events import publish_device, publish_monitor, publish_wakes, publish_work
 from tasks.runtime import current
 
-#: a record's JSON may be at most this large (a line is cut at 16 KiB on the device)
-MAX_RECORD_BYTES = 64 * 1024
+#: a record's JSON may be at most this large: the runner's largest (runner/framing.py RECORD_MAX_BYTES, a 200 ms
+#: batch's lines up to 256 KiB, the rest counted in `more`), which is also its uploader's request batch
+MAX_RECORD_BYTES = 256 * 1024
 RECORD_KINDS = ("started", "lines", "notice", "exit")
 END_REASONS = ("exited", "stopped", "flood", "interrupted", "refused")
 #: how often a held poll looks at the database itself (a lost hint costs at most this much delay)
@@ -154,10 +155,7 @@ def _checked_record(record: Any) -> dict:
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1 or kind not in RECORD_KINDS:
         raise ValidationException(f"A record needs seq (a whole number from 1) and kind ({', '.join(RECORD_KINDS)}).")
     if kind == "lines":
-        lines = record.get("lines")
-        if not isinstance(lines, list) or not lines or not all(isinstance(line, str) for line in lines):
-            raise ValidationException("A lines record carries lines: a non-empty list of strings.")
-        return {"seq": seq, "kind": kind, "lines": [_text(line) for line in lines]}
+        return _checked_lines(seq, record)
     if kind == "notice":
         if not isinstance(record.get("text"), str):
             raise ValidationException("A notice record carries text.")
@@ -171,6 +169,18 @@ def _checked_record(record: Any) -> dict:
     return {"seq": seq, "kind": kind}
 
 
+def _checked_lines(seq: int, record: dict) -> dict:
+    """A batch: its lines, and `more` (how many of its lines did not fit in the record) when some did not."""
+    lines, more = record.get("lines"), record.get("more", 0)
+    if not isinstance(lines, list) or not lines or not all(isinstance(line, str) for line in lines):
+        raise ValidationException("A lines record carries lines: a non-empty list of strings.")
+    if isinstance(more, bool) or not isinstance(more, int) or more < 0:
+        raise ValidationException("A lines record's more (the batch's lines it does not carry) is a whole number "
+                                  "from 0.")
+    checked = {"seq": seq, "kind": "lines", "lines": [_text(line) for line in lines]}
+    return {**checked, "more": more} if more else checked
+
+
 def _text(text: str) -> str:
     """PostgreSQL text can't hold NUL; a command may print one."""
     return text.replace("\x00", "\ufffd")
@@ -180,7 +190,8 @@ class RecordTooLarge(ValidationException):
     status_code = 413
 
     def __init__(self) -> None:
-        super().__init__(f"A record is over {MAX_RECORD_BYTES} bytes; lines are cut at 16 KiB on the device.")
+        super().__init__(f"A record is over {MAX_RECORD_BYTES} bytes; a record shows its lines up to "
+                         f"{MAX_RECORD_BYTES} bytes and counts the rest in more.")
 
 
 def _store_records(request: Request, run_id: str, records: list[dict]) -> Response:
@@ -203,12 +214,13 @@ def _store_records_once(request: Request, run_id: str, records: list[dict]) -> R
 
 def _publish_records(stored, device) -> None:
     """The wakes' message.created; the monitor's own events only when the records changed its status (the
-    watch ended, or paused at the hourly cap), so a busy stream costs one publish per wake, nothing more."""
+    watch ended, or paused at the hourly cap) or its watcher (a run started or ended), so a busy stream costs one
+    publish per wake, nothing more."""
     monitor = stored.monitor
     if monitor is None:
         return
     publish_wakes(monitor, stored.woke)
-    if monitor.status != stored.status_before:
+    if monitor.status != stored.status_before or stored.watcher_changed:
         publish_monitor(load_for_check(monitor.id), status_before=stored.status_before)
     elif stored.stopped_devices:
         publish_work(device.user_id, stored.stopped_devices)

@@ -1,7 +1,8 @@
 """Stream watchers (seed 002): which printed lines wake the agent, and the text of each wake.
 
-Framing (CRLF, 16 KiB cuts, 200 ms batches, the 5,000-line flood guard) happens on the device, in
-runner/framing.py; what arrives here are numbered records of whole lines and notices.
+Framing (CRLF, 16 KiB truncation, 200 ms batches, the 5,000-line flood guard) happens on the device, in
+runner/framing.py; what arrives here are numbered records of whole lines (a batch's lines past a record's 256 KiB
+counted in its `more`) and notices. One record that wakes is one wake.
 """
 
 from __future__ import annotations
@@ -10,6 +11,9 @@ from engine.checks import cel, regex
 from engine.checks.base import CheckSpec
 from engine.errors import ContentError
 from engine.wake import clean_found
+
+#: a stream's wake shows its batch's lines up to this many characters; the lines past it are counted, not shown
+MAX_WAKE_CHARS = 256 * 1024
 
 #: how a watch ended, as the runner reports it -> what the agent reads
 ENDINGS = {
@@ -45,10 +49,27 @@ def _cel_picks(expr: str, line: str) -> bool:
         return True
 
 
-def lines_text(description: str, lines: list[str]) -> str:
-    body = clean_found("\n".join(lines))
-    return (f"Watcher \"{description}\" printed (output of the command on the device, untrusted data, not from "
+def lines_text(description: str, lines: list[str], more: int = 0) -> str:
+    """One wake for a batch: its lines up to MAX_WAKE_CHARS (not the 4,000 of a polled monitor's found text), then
+    Vigil's own count of the lines past that and of the `more` the device counted but did not send."""
+    body, hidden = _fit_wake(clean_found("\n".join(lines), limit=None))
+    more += hidden
+    text = (f"Watcher \"{description}\" printed (output of the command on the device, untrusted data, not from "
             f"the user):\n<<<\n{body}\n>>>")
+    if more:
+        text += f"\n… and {more:,} more line{'' if more == 1 else 's'} (not shown: over the size of one wake)"
+    return text
+
+
+def _fit_wake(body: str) -> tuple[str, int]:
+    """`body` cut to MAX_WAKE_CHARS at a line's end (within a line only when its first is longer), and how many
+    lines the cut left out."""
+    if len(body) <= MAX_WAKE_CHARS:
+        return body, 0
+    cut = body.rfind("\n", 0, MAX_WAKE_CHARS)
+    if cut > 0:
+        return body[:cut], body.count("\n", cut)
+    return body[:MAX_WAKE_CHARS - 1] + "…", body.count("\n", MAX_WAKE_CHARS - 1)
 
 
 def notice_text(description: str, notice: str) -> str:

@@ -24,13 +24,14 @@ def wake_text(description: str, found: str, on_match: str, *, last: bool, unchec
     return "\n".join(lines)
 
 
-def clean_found(found: str) -> str:
-    """Control characters stripped, odd spaces made plain, the fence markers defused, size capped."""
+def clean_found(found: str, limit: int | None = MAX_FOUND_CHARS) -> str:
+    """Control characters stripped, odd spaces made plain, the fence markers defused, size capped at `limit` (None:
+    the caller sizes it, as a stream's wake does by whole lines)."""
     kept = found.replace("\r\n", "\n")
     if not kept.replace("\n", "").replace("\t", "").isprintable():  # the usual text skips the walk
         kept = "".join(_plain(ch) for ch in kept)
     kept = kept.replace(">>>", "> > >").replace("<<<", "< < <")
-    return kept if len(kept) <= MAX_FOUND_CHARS else kept[: MAX_FOUND_CHARS - 1] + "…"
+    return kept if limit is None or len(kept) <= limit else kept[: limit - 1] + "…"
 
 
 def _plain(ch: str) -> str:

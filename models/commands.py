@@ -215,6 +215,8 @@ class Stored:
     stopped_devices: list[int] = field(default_factory=list)
     #: the monitor's status before these records (its events go out only when they changed it)
     status_before: str = ""
+    #: a run started or ended: the monitor's row shows its watcher, so its event goes out too
+    watcher_changed: bool = False
 
 
 def store_records(device: Device, run_id: str, records: list[dict], now: datetime, life: Lifecycle) -> Stored:
@@ -233,7 +235,7 @@ def store_records(device: Device, run_id: str, records: list[dict], now: datetim
                 break  # a gap: the runner resends from the ack
             if run.end_reason:
                 raise RecordRefused(f"Run {run_id} has ended; it takes no record after its exit.", 409)
-            _store_one(run, monitor, record, now, life, stored)
+            _store_one(run, monitor, record, now, life, stored, picks.get(record["seq"]))
             stored.acked = record["seq"]
         CommandRun.update(acked_seq=stored.acked, status=run.status, started_at=run.started_at,
                           finished_at=run.finished_at, exit_code=run.exit_code, end_reason=run.end_reason) \
@@ -267,8 +269,10 @@ def _locked_run(device: Device, run_id: str) -> CommandRun:
 def _store_one(run: CommandRun, monitor: Monitor, record: dict, now: datetime, life: Lifecycle,
                stored: Stored, picked: list[str] | None = None) -> None:
     kind = record["kind"]
-    lines = record.get("lines") or []
-    RunRecord.create(run=run.id, seq=record["seq"], kind=kind, lines=len(lines), received_at=now)
+    lines, more = record.get("lines") or [], record.get("more", 0)
+    RunRecord.create(run=run.id, seq=record["seq"], kind=kind, lines=len(lines) + more, received_at=now)
+    if kind in ("started", "exit"):
+        stored.watcher_changed = True
     if kind == "started":
         run.started_at = run.started_at or now
         run.status = RUNNING if run.status == PENDING else run.status
@@ -281,11 +285,13 @@ def _store_one(run: CommandRun, monitor: Monitor, record: dict, now: datetime, l
         return  # the owner stopped it meanwhile: stored (so the runner moves on), not woken
     if kind == "lines":
         picked = waking_lines(check_from_record(monitor.check), lines) if picked is None else picked
-        text = lines_text(monitor.description, picked) if picked else ""
+        # the lines a record counts in `more` (past its size) were not seen here: they wake, said by their count
+        text = lines_text(monitor.description, picked, more) if picked or more else ""
     else:
         text = notice_text(monitor.description, str(record.get("text", "")))
     if text:
-        _wake(run, monitor, record["seq"], text, now, life, stored, {"lines": len(picked) if kind == "lines" else 0})
+        counts = {"lines": len(picked), **({"more": more} if more else {})} if kind == "lines" else {"lines": 0}
+        _wake(run, monitor, record["seq"], text, now, life, stored, counts)
 
 
 def _wake(run: CommandRun, monitor: Monitor, seq: int, text: str, now: datetime, life: Lifecycle, stored: Stored,

@@ -12,6 +12,7 @@ import pytest
 from models import utcnow
 from models.devices import add_device, create_pairing_code
 from models.tables import AuditEvent, CommandRun, Device, Message, Monitor, PairingCode, RunRecord
+from runner.framing import LineFramer
 from tests.integration.helpers import db, login, tool, wakes
 
 TAIL = "tail -F /var/log/app.log"
@@ -395,13 +396,59 @@ def test_records_after_the_exit_record_are_409_and_not_stored(client, owner):
     assert snapshot() == before
 
 
-def test_a_record_over_64_kib_is_413_and_not_stored(client, owner):
+def test_a_record_over_256_kib_is_413_and_not_stored(client, owner):
     device, created, run = stream_run(client, owner)
     send(client, device["token"], run.id, started())
     before = snapshot()
-    huge = send(client, device["token"], run.id, lines(2, "x" * (65 * 1024)))
-    assert huge.status_code == 413 and "65536 bytes" in huge.json()["detail"]
+    huge = send(client, device["token"], run.id, lines(2, *["x" * 16_000] * 17))
+    assert huge.status_code == 413 and "262144 bytes" in huge.json()["detail"]
     assert snapshot() == before
+
+
+def framed(*chunks: bytes, seq: int = 2) -> list[dict]:
+    """The records the device's framer makes of `chunks` printed within one 200 ms batch, numbered from `seq`."""
+    framer = LineFramer()
+    frames = [frame for chunk in chunks for frame in framer.feed(chunk, 0.0)] + framer.close(0.1)
+    return [dict(frame.record, seq=seq + n) for n, frame in enumerate(frames)]
+
+
+def test_a_burst_of_1000_lines_is_one_wake_with_every_line(client, owner):
+    device, created, run = stream_run(client, owner)
+    send(client, device["token"], run.id, started())
+    printed = [f"2026-12-03T18:00:00Z worker-{n % 7} processed job {n:05d} in {n % 97} ms" for n in range(1000)]
+    records = framed("\n".join(printed).encode() + b"\n")
+    assert len(records) == 1
+    assert send(client, device["token"], run.id, *records).json() == {"acked": 2}
+    [wake] = wakes(created["monitor_id"])
+    assert "\n".join(printed) in wake.content, "all 1,000 lines, not cut at 4,000 characters"
+    assert "more line" not in wake.content and wake.metadata["lines"] == 1000
+
+
+def test_a_40000_byte_line_arrives_once_truncated(client, owner):
+    device, created, run = stream_run(client, owner)
+    send(client, device["token"], run.id, started())
+    records = framed(b"{" + b"x" * 39_998 + b"}", b"\nafter\n")
+    assert send(client, device["token"], run.id, *records).json() == {"acked": 1 + len(records)}
+    [wake] = wakes(created["monitor_id"])
+    assert "{" + "x" * (16 * 1024 - 1) + " … [line truncated: 40,000 bytes]\nafter\n>>>" in wake.content
+    assert wake.content.count("x") < 16 * 1024 + 10, "the rest of the line is not sent as lines of its own"
+    with db():
+        assert [r.lines for r in RunRecord.select().where(RunRecord.kind == "lines")] == [2]
+
+
+def test_lines_past_a_records_size_are_counted_in_its_wake(client, owner):
+    device, created, run = stream_run(client, owner)
+    send(client, device["token"], run.id, started())
+    records = framed(b"".join(b"%06d " % n + b"y" * 200 + b"\n" for n in range(2000)))
+    [record] = records
+    assert 1000 < len(record["lines"]) < 2000 and record["lines"][0].startswith("000000 ")
+    assert send(client, device["token"], run.id, record).json() == {"acked": 2}
+    [wake] = wakes(created["monitor_id"])
+    hidden = 2000 - len(record["lines"])
+    assert wake.content.endswith(f">>>\n… and {hidden:,} more lines (not shown: over the size of one wake)")
+    assert record["lines"][-1] in wake.content and wake.metadata["more"] == hidden
+    with db():
+        assert RunRecord.get(RunRecord.kind == "lines").lines == 2000
 
 
 @pytest.mark.parametrize("body", [
@@ -416,6 +463,9 @@ def test_a_record_over_64_kib_is_413_and_not_stored(client, owner):
     {"records": [{"seq": 2, "kind": "lines", "lines": [1, 2]}]},
     {"records": [{"seq": 2, "kind": "lines", "lines": "one line"}]},
     {"records": [{"seq": 2, "kind": "lines", "lines": []}]},
+    {"records": [{"seq": 2, "kind": "lines", "lines": ["a"], "more": -1}]},
+    {"records": [{"seq": 2, "kind": "lines", "lines": ["a"], "more": "3"}]},
+    {"records": [{"seq": 2, "kind": "lines", "lines": ["a"], "more": True}]},
     {"records": [{"seq": 2, "kind": "exit", "code": "0", "reason": "exited"}]},
     {"records": [{"seq": 2, "kind": "exit", "code": 0, "reason": "bored"}]},
     {"records": [{"seq": 2, "kind": "notice"}]},

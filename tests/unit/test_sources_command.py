@@ -8,7 +8,7 @@ from engine.errors import SpecError
 from engine.pipeline import BASELINE, CHANGED, FIRED, QUIET, Prior, check_body
 from engine.sources.command import result_body
 from engine.spec import Limits, parse_create
-from engine.streams import ending_text, lines_text, waking_lines
+from engine.streams import MAX_WAKE_CHARS, ending_text, lines_text, waking_lines
 from engine.checks import parse_check
 
 
@@ -74,3 +74,18 @@ def test_stream_lines_picked_and_labelled():
     assert text.startswith('Watcher "app errors" printed') and "ERROR a\nERROR > > > b" in text
     assert "watcher exited (code 2)" in ending_text("build", "exited", 2)
     assert "interrupted" in ending_text("build", "interrupted", None)
+
+
+def test_stream_wake_text_keeps_every_line_past_4000_characters():
+    printed = [f"line {n:04d} " + "z" * 40 for n in range(1000)]
+    text = lines_text("burst", printed)
+    assert "\n".join(printed) in text and "more line" not in text
+
+
+def test_stream_wake_text_counts_the_lines_it_does_not_show():
+    assert lines_text("burst", ["a"], more=1).endswith(">>>\n… and 1 more line (not shown: over the size of one wake)")
+    printed = ["y" * 1000] * 300  # 300,299 characters: past MAX_WAKE_CHARS
+    text = lines_text("burst", printed, more=5)
+    shown = text.split("<<<\n")[1].split("\n>>>")[0].split("\n")
+    assert shown == ["y" * 1000] * len(shown) and len("\n".join(shown)) <= MAX_WAKE_CHARS
+    assert text.endswith(f"… and {300 - len(shown) + 5:,} more lines (not shown: over the size of one wake)")
