@@ -12,6 +12,7 @@ import peewee
 
 from engine.describe import approval_word
 from models.approvals import request_state
+from models.runs import watcher_states
 from models.tables import ApprovalRequest, CommandRun, Delivery, Document, Monitor, RunRecord, TriggerLink
 
 
@@ -23,6 +24,8 @@ class Facts:
     approval: str | None = None
     #: an event source's last event: a delivery, the decision, a write of the document, a printed line, the time
     last_event_at: datetime | None = None
+    #: a stream's watcher: running, starting, stopping, not running, awaiting approval (models/runs.py)
+    watcher: str | None = None
 
 
 NONE = Facts()
@@ -73,7 +76,9 @@ def _streams(monitors: list[Monitor], now: datetime) -> dict[str, Facts]:
     rows = (CommandRun.select(CommandRun.monitor, last).join(RunRecord, on=(RunRecord.run == CommandRun.id))
             .where(CommandRun.monitor.in_([m.id for m in monitors]) & (RunRecord.kind == "lines"))
             .group_by(CommandRun.monitor).tuples())
-    return {monitor_id: Facts(last_event_at=_as_datetime(at)) for monitor_id, at in rows}
+    last_at = {monitor_id: _as_datetime(at) for monitor_id, at in rows}
+    return {monitor_id: Facts(last_event_at=last_at.get(monitor_id), watcher=watcher)
+            for monitor_id, watcher in watcher_states(monitors).items()}
 
 
 def _documents(monitors: list[Monitor]) -> dict[str, Facts]:

@@ -25,6 +25,7 @@ from models.db import iso, utcnow
 from models.judging import DEFAULT_MODEL, JudgePolicy, resolve_model
 from models.approvals import create_request
 from models.commands import CommandRefused, create_command_monitor, resolve_device
+from models.runs import is_stream, watcher_live, watcher_states
 from models.guardrails import GuardrailRefused, LineageUnknown, check_armed_limits, with_lineage
 from models.triggers import create_link
 from models.monitors import (
@@ -412,7 +413,10 @@ def conversation_to_wake(user: User, conversation_id: str | None, channel: str, 
 
 
 def monitor_list(user: User, conversation: Conversation) -> dict:
-    return {"monitors": [_listed(m) for m in user_monitors(user, conversation)]}
+    """This conversation's monitors; a stream's says whether its watcher's process runs (`watcher`)."""
+    monitors = user_monitors(user, conversation)
+    watchers = watcher_states([m for m in monitors if is_stream(m)])
+    return {"monitors": [_listed(m) | ({"watcher": watchers[m.id]} if m.id in watchers else {}) for m in monitors]}
 
 
 def monitor_cancel(user: User, conversation: Conversation, arguments: object):
@@ -485,8 +489,10 @@ def watch_stop(user: User, conversation: Conversation, arguments: object):
 
 
 def watch_list(user: User, conversation: Conversation) -> dict:
-    """action=list: this conversation's watches that have not ended."""
-    watches = [m for m in user_monitors(user, conversation, live=True)
-               if (m.source or {}).get("type") == "command" and m.source.get("mode") == "stream"]
+    """action=list: this conversation's watches whose process runs or is about to start; a paused or ended watch
+    whose watcher has stopped is gone, as seed 002's registry forgets a watch whose command ended."""
+    streams = [m for m in user_monitors(user, conversation, live=True) if is_stream(m)]
+    watchers = watcher_states(streams)
     return {"watches": [{"id": WATCH_PREFIX + m.id, "description": m.description, "command": m.source["command"],
-                         "device": m.source["device"], "status": m.status} for m in watches]}
+                         "device": m.source["device"], "status": m.status, "watcher": watchers[m.id]}
+                        for m in streams if watcher_live(m, watchers[m.id])]}

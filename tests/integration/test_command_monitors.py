@@ -389,7 +389,44 @@ def test_list_shows_the_conversations_watches(client, owner):
                                                                    "command": "uptime"}})
     listed = call(client, owner[1], "list")
     assert listed == {"ok": True, "result": {"watches": [
-        {"id": started["id"], "description": "errors", "command": TAIL, "device": "laptop", "status": "active"}]}}
+        {"id": started["id"], "description": "errors", "command": TAIL, "device": "laptop", "status": "active",
+         "watcher": "starting"}]}}
+
+
+def test_list_leaves_out_a_paused_watch_and_shows_it_again_once_resumed(client, owner):
+    device, monitor_id, run = started_stream(client, owner)
+    watch_id = f"mon_{monitor_id}"
+    assert [(w["id"], w["watcher"]) for w in call(client, owner[1], "list")["result"]["watches"]] == [
+        (watch_id, "running")]
+    client.post(f"/api/monitors/{monitor_id}/pause", headers=auth(owner[1]))
+    client.post(f"/api/runner/runs/{run.id}/records", headers=runner(device["token"]),
+                json={"records": [{"seq": 2, "kind": "exit", "code": None, "reason": "stopped"}]})
+    assert call(client, owner[1], "list")["result"]["watches"] == [], "its process has ended"
+    [listed] = call(client, owner[1], "monitor_list")["result"]["monitors"]
+    assert (listed["status"], listed["watcher"]) == ("paused", "not running")
+    login(client)
+    assert "watcher not running" in client.get("/settings/monitors").text
+
+    client.post(f"/api/monitors/{monitor_id}/resume", headers=auth(owner[1]))
+    assert [(w["id"], w["watcher"]) for w in call(client, owner[1], "list")["result"]["watches"]] == [
+        (watch_id, "starting")], "resumed: a new run is about to start"
+
+
+def test_list_leaves_out_a_watch_whose_watcher_exited(client, owner):
+    device, monitor_id, run = started_stream(client, owner)
+    client.post(f"/api/runner/runs/{run.id}/records", headers=runner(device["token"]),
+                json={"records": [{"seq": 2, "kind": "exit", "code": 0, "reason": "exited"}]})
+    assert call(client, owner[1], "list")["result"]["watches"] == []
+    [listed] = call(client, owner[1], "monitor_list")["result"]["monitors"]
+    assert (listed["status"], listed["watcher"]) == ("done", "not running")
+
+
+def test_list_shows_a_watch_awaiting_the_owners_approval(client, owner):
+    device_of(owner[0], mode="ask")
+    started = call(client, owner[1], "start", {"command": TAIL, "description": "errors"})["result"]
+    [listed] = call(client, owner[1], "list")["result"]["watches"]
+    assert (listed["id"], listed["status"], listed["watcher"]) == (started["id"], "awaiting_approval",
+                                                                   "awaiting approval")
 
 
 def test_stop_cancels_the_watch_and_stops_its_run(client, owner):
