@@ -213,8 +213,8 @@ def first_sentence(message: str) -> str:
     flat = " ".join(message.split())
     head = excerpt(flat.split(". ")[0].rstrip(".") or "unknown error", 200)
     if head.startswith(_TYPE_ERRORS):
-        head += (" (CEL does not mix types: JSON numbers are doubles, so write 1.0, or convert with double(), "
-                 "int() or string())")
+        head += (" (CEL compares int and double, but does not mix types in arithmetic or with text: JSON numbers "
+                 "are doubles, so write 1.0, or convert with double(), int() or string())")
     return head
 
 

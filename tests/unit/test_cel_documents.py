@@ -52,6 +52,12 @@ def test_doc_is_the_same_data_in_evaluate():
     assert module.evaluate(check, content(**JOB), {}, NOW).state["holds"] is True
 
 
+def test_doc_numbers_compare_with_int_literals_and_sizes_without_a_type_error():
+    assert readings("doc.progress >= 100 && size(doc.parts) == doc.expected",
+                    [{"progress": 40, "parts": [1], "expected": 2},
+                     {"progress": 100.0, "parts": [1, 2], "expected": 2}]) == [False, True]
+
+
 def test_doc_has_guard_keeps_waiting_for_an_absent_field():
     assert here("has(doc.outputs.pdf) && doc.outputs.pdf != ''", JOB) is False
     assert here("has(doc.status) && doc.status == 'ready'", {"other": 1.0}) is False

@@ -9,6 +9,7 @@ from engine.checks import baseline, evaluate, parse_check
 from engine.checks import cel as module
 from engine.content import Content, ContentError, json_content
 from engine.errors import SpecError
+from engine.streams import waking_lines
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -103,8 +104,25 @@ def test_json_numbers_are_doubles_so_types_do_not_flip():
     assert holds("data.n + 1.0 > 96.0", doc(n=95.5))
     assert holds("type(data.n) == double", doc(n=95))
     with pytest.raises(ContentError, match="could not be evaluated: Unsupported operation: float \\+ int "
-                                           "\\(CEL does not mix types: JSON numbers are doubles"):
+                                           "\\(CEL compares int and double, but does not mix types in arithmetic"):
         holds("data.n + 1 > 0", doc(n=95))
+
+
+@pytest.mark.parametrize("expr, expected", [
+    ("data.price < 100", True), ("data.price <= 99", False), ("data.price > 99", True), ("data.price >= 100", False),
+    ("data.price == 99.5 && data.whole == 3 && data.whole != 4", True), ("data.whole == 3u && 2u < data.price", True),
+    ("1 < 2.5 && 3 == 3.0 && 3u == 3.0 && 2.5 > 2 && 2 <= 2.0 && 3.0 >= 3u", True),
+    ("size(data.items) < data.price && size(data.items) == data.whole", True),
+])
+def test_numbers_compare_across_int_uint_and_double(expr, expected):
+    """JSON numbers are doubles; an int or uint literal, or size(), compares with them as CEL says it does."""
+    assert holds(expr, doc(price=99.5, whole=3, items=[1, 2, 3])) is expected
+
+
+def test_stream_line_filter_compares_a_double_with_an_int():
+    """Seed 002's CEL over `line`: a line the filter can't evaluate wakes anyway, so a type error would wake all."""
+    load = cel("double(line) > 2 && size(line) < 3.5")
+    assert waking_lines(load, ["1.5", "2.5", "3", "10.25"]) == ["2.5", "3"]
 
 
 def test_index_out_of_range_is_a_content_error():
@@ -116,7 +134,7 @@ def test_type_error_is_a_content_error_in_one_sentence():
     with pytest.raises(ContentError) as error:
         holds("data.name > 1", doc(name="x"))
     assert str(error.value).startswith("the condition could not be evaluated: No such overload: the operation is "
-                                       "not defined for the given operand types (CEL does not mix types")
+                                       "not defined for the given operand types (CEL compares int and double, but does not mix types")
     assert "\n" not in str(error.value)
 
 
