@@ -2,6 +2,7 @@
 
 import pytest
 
+from adapters.settings import Settings, SettingsError
 from engine.actions import DEFAULT_TTL_MINUTES, MAX_TTL_MINUTES, in_seed_terms, translate_create
 from engine.errors import SpecError
 from engine.spec import Limits, parse_create
@@ -96,6 +97,15 @@ def test_agent_tool_interval_is_not_raised_by_the_general_monitor_floor():
     limits = Limits(min_interval=600, tool_min_interval=300)
     spec, notes = parse_create(translate_create(tool_watch(intervalMinutes=5)).arguments, limits)
     assert spec.interval_seconds == 300 and notes == []
+
+
+def test_tool_min_interval_setting_is_read_and_a_bad_one_refused(tmp_path):
+    env = {"VIGIL_DATA_DIR": str(tmp_path), "SECRET_KEY": "k"}
+    assert Settings.from_env(env).TOOL_MIN_INTERVAL_SECONDS == 300
+    assert Settings.from_env({**env, "TOOL_MIN_INTERVAL_SECONDS": "60"}).TOOL_MIN_INTERVAL_SECONDS == 60
+    for bad in ("0", "86401"):
+        with pytest.raises(SettingsError, match="TOOL_MIN_INTERVAL_SECONDS must be from 1 to 86400"):
+            Settings.from_env({**env, "TOOL_MIN_INTERVAL_SECONDS": bad})
 
 
 @pytest.mark.parametrize("minutes", [-1, "5", float("nan"), True])
