@@ -20,7 +20,7 @@ ENDINGS = {
     "exited": "watcher exited (code {code})",
     "stopped": "watcher stopped",
     "flood": "watcher stopped by the flood guard (code {code})",
-    "interrupted": "watcher interrupted: the device's runner restarted, so the command was stopped",
+    "interrupted": "watcher interrupted: the device's runner was stopped, and the command with it",
     "refused": "watcher refused by the device",
 }
 

@@ -12,13 +12,11 @@ from engine.denylist import refused_by
 from engine.placeholders import fill, values as placeholder_values
 from engine.spec import MonitorSpec, check_from_record
 from engine.streams import ending_text, lines_text, notice_text, waking_lines
-from engine.wake import clean_found, paused_text
+from engine.wake import paused_text
 from models.db import database, utcnow
 from models.devices import Presence, find_device, is_online
 from models.monitors import create_event_monitor, load_for_check
-from models.results import (
-    Lifecycle, daily_cap_reason, end_in_error, over_daily_cap, pause_and_tell, wakes_in_last_hour, write_wake,
-)
+from models.results import Lifecycle, pause_and_tell, write_wake
 from models.runs import PENDING, RUNNING, STOPPING, UNFINISHED
 from models.tables import (
     ACTIVE, AWAITING, CANCELLED, DONE, PAUSED, AuditEvent, CommandApproval, CommandRun, Conversation, Device, Monitor,
