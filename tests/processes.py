@@ -61,7 +61,11 @@ def serve_vigil(args: list[str], env: dict | Callable[[int], dict], log: Path, *
     """`vigil serve` or `vigil web` (`args` without --port) on a free port, answering /readyz. `env` may be a
     function of the port, for settings that name the server's own address (PUBLIC_API_BASE_URL)."""
     served = start_on_free_port(lambda port: [*args, "--port", str(port)], env, log, pick=pick, timeout=timeout)
-    wait_healthy(served.base, served.process, log, timeout)
+    try:
+        wait_healthy(served.base, served.process, log, timeout)
+    except AssertionError:
+        stop(served.process)
+        raise
     return served
 
 

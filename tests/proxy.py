@@ -6,11 +6,13 @@ from __future__ import annotations
 import itertools
 import socket
 import threading
+from collections.abc import Sequence
 
 
 class RoundRobinProxy:
-    def __init__(self, backends: list[tuple[str, int]]) -> None:
-        self._next = itertools.cycle(backends)
+    def __init__(self, backends: Sequence[tuple[str, int]] = ()) -> None:
+        self._backends = list(backends)
+        self._turn = itertools.count()
         self._lock = threading.Lock()
         self.connections: dict[tuple[str, int], int] = {backend: 0 for backend in backends}
         self._listener = socket.create_server(("127.0.0.1", 0))
@@ -20,6 +22,12 @@ class RoundRobinProxy:
     @property
     def base(self) -> str:
         return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+
+    def add(self, backend: tuple[str, int]) -> None:
+        """One more backend, for one whose port is known only once it runs (the proxy's address was needed first)."""
+        with self._lock:
+            self._backends.append(backend)
+            self.connections[backend] = 0
 
     def close(self) -> None:
         self._closed = True
@@ -32,7 +40,10 @@ class RoundRobinProxy:
             except OSError:
                 return
             with self._lock:
-                backend = next(self._next)
+                if not self._backends:
+                    client.close()
+                    continue
+                backend = self._backends[next(self._turn) % len(self._backends)]
                 self.connections[backend] += 1
             threading.Thread(target=self._join, args=(client, backend), daemon=True).start()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import socket
 import threading
 import time
 from datetime import timedelta
@@ -14,7 +15,6 @@ import uvicorn
 from models import utcnow
 from models.tables import ApprovalRequest, Monitor
 from tests.integration.helpers import db, tool, wakes
-from tests.processes import free_port
 
 DRAFT = "Dear Dana,\n<script>alert('x')</script>\nPlease find the Q3 plan attached."
 
@@ -168,11 +168,11 @@ class live_server:
     def __init__(self, settings) -> None:
         from app import create_app
 
-        port = free_port()
-        self.base = f"http://127.0.0.1:{port}"
-        config = uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+        listener = socket.create_server(("127.0.0.1", 0))  # bound here: no other process can take the port
+        self.base = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        config = uvicorn.Config(create_app(settings), log_level="warning")
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [listener]}, daemon=True)
 
     def __enter__(self) -> str:
         self.thread.start()

@@ -19,7 +19,7 @@ from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
 from tests.integration.conftest import _account
 from tests.integration.helpers import db, wait_for
 from tests.processes import (
-    VIGIL, free_port, group_gone, processes_with, start, stop, terminate, vigil, wait_healthy,
+    VIGIL, group_gone, processes_with, serve_vigil, start, stop, terminate, vigil,
 )
 from tests.proxy import RoundRobinProxy
 
@@ -34,14 +34,16 @@ ENV = {"DATABASE_URL": TEST_DATABASE_URL, "REDIS_URL": TEST_REDIS_URL, "SECRET_K
 @pytest.fixture(scope="module")
 def stack(postgres, tmp_path_factory):
     root = tmp_path_factory.mktemp("devices")
-    ports = [free_port(), free_port()]
-    proxy = RoundRobinProxy([("127.0.0.1", port) for port in ports])
+    proxy = RoundRobinProxy()  # the web processes join it once each holds a port of its own
     env = {**ENV, "VIGIL_DATA_DIR": str(root / "data"), "PUBLIC_API_BASE_URL": proxy.base}
+    ports = []
     processes = {}
     try:
-        for n, port in enumerate(ports):
-            processes[f"web{n}"] = start([VIGIL, "web", "--port", str(port)], env, root / f"web{n}.log")
-            wait_healthy(f"http://127.0.0.1:{port}", processes[f"web{n}"], root / f"web{n}.log")
+        for n in range(2):
+            served = serve_vigil([VIGIL, "web"], env, root / f"web{n}.log")
+            processes[f"web{n}"] = served.process
+            ports.append(served.port)
+            proxy.add(("127.0.0.1", served.port))
         processes["worker"] = start([VIGIL, "worker", "--processes", "1", "--threads", "2"], env, root / "worker.log")
         processes["scheduler"] = start([VIGIL, "scheduler"], env, root / "scheduler.log")
         yield {"base": proxy.base, "env": env, "root": root, "proxy": proxy, "ports": ports}

@@ -11,7 +11,7 @@ import time
 import requests
 
 from tests.integration.helpers import wait_for
-from tests.processes import VIGIL, free_port, start, stop, vigil, wait_healthy
+from tests.processes import VIGIL, serve_vigil, stop, vigil
 
 #: lines the watcher prints; bursts of them go out between the rounds of contention
 LINES = 60
@@ -73,14 +73,12 @@ def _printed(base: str, auth: dict) -> list[str]:
 def test_embedded_stream_under_contention_delivers_every_line_once_without_locked_errors(tmp_path):
     env = {"VIGIL_DATA_DIR": str(tmp_path / "data"), "DATABASE_URL": "", "REDIS_URL": "",
            "MONITOR_MIN_INTERVAL_SECONDS": "1", "SCHEDULER_TICK_SECONDS": "0.2"}
-    port = free_port()
     log = tmp_path / "serve.log"
-    process = start([VIGIL, "serve", "--port", str(port), "--local-runner"], env, log)
-    base = f"http://127.0.0.1:{port}"
+    served = serve_vigil([VIGIL, "serve", "--local-runner"], env, log)
+    base, process = served.base, served.process
     output = tmp_path / "app.log"
     output.write_text("")
     try:
-        wait_healthy(base, process, log)
         vigil("user", "create", "me@example.com", "--password", "a-good-password", env=env)
         token = vigil("token", "create", "--user", "me@example.com", env=env).strip().splitlines()[-1]
         auth = {"Authorization": f"Bearer {token}"}

@@ -9,7 +9,7 @@ import pytest
 import requests
 
 from tests.integration.helpers import wait_for
-from tests.processes import free_port, start, stop, vigil, wait_healthy, VIGIL
+from tests.processes import serve_vigil, stop, vigil, VIGIL
 
 
 @pytest.fixture()
@@ -17,11 +17,9 @@ def embedded(tmp_path):
     env = {"VIGIL_DATA_DIR": str(tmp_path / "data"), "FETCH_ALLOW_LOOPBACK": "true",
            "MONITOR_MIN_INTERVAL_SECONDS": "1", "SCHEDULER_TICK_SECONDS": "0.2",
            "DATABASE_URL": "", "REDIS_URL": ""}
-    port = free_port()
     log = tmp_path / "serve.log"
-    process = start([VIGIL, "serve", "--port", str(port)], env, log)
-    base = f"http://127.0.0.1:{port}"
-    wait_healthy(base, process, log)
+    served = serve_vigil([VIGIL, "serve"], env, log)
+    base, process = served.base, served.process
     yield base, env, process, log
     stop(process)
 
@@ -108,12 +106,10 @@ def test_embedded_local_runner_runs_an_approved_command_on_this_machine(tmp_path
 
     env = {"VIGIL_DATA_DIR": str(tmp_path / "data"), "DATABASE_URL": "", "REDIS_URL": "",
            "MONITOR_MIN_INTERVAL_SECONDS": "1", "SCHEDULER_TICK_SECONDS": "0.2"}
-    port = free_port()
     log = tmp_path / "serve.log"
-    process = start([VIGIL, "serve", "--port", str(port), "--local-runner"], env, log)
-    base = f"http://127.0.0.1:{port}"
+    served = serve_vigil([VIGIL, "serve", "--local-runner"], env, log)
+    base, process = served.base, served.process
     try:
-        wait_healthy(base, process, log)
         assert "Local runner on" in log.read_text()
         vigil("user", "create", "me@example.com", "--password", "a-good-password", env=env)
         token = vigil("token", "create", "--user", "me@example.com", env=env).strip().splitlines()[-1]

@@ -18,7 +18,7 @@ from models.accounts import SetupDone, create_first_user, user_for_token
 from models.tables import ApiToken, User
 from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
 from tests.integration.helpers import db, login
-from tests.processes import VIGIL, free_port, start, stop, vigil, wait_healthy
+from tests.processes import VIGIL, serve_vigil, stop, vigil
 
 EMAIL, PASSWORD = "first@example.com", "a-good-password"
 CODE_LINE = re.compile(r"setup code: ([A-Z0-9]{4}-[A-Z0-9]{4}-[A-Z0-9]{4}-[A-Z0-9]{4})")
@@ -166,12 +166,10 @@ def test_setup_concurrent_creates_make_one_owner(postgres):
 def served(tmp_path):
     """`vigil serve` on an empty SQLite file, as `./scripts/run` starts it."""
     env = {"VIGIL_DATA_DIR": str(tmp_path / "data"), "DATABASE_URL": "", "REDIS_URL": ""}
-    port, log = free_port(), tmp_path / "serve.log"
-    process = start([VIGIL, "serve", "--port", str(port)], env, log)
-    base = f"http://127.0.0.1:{port}"
-    wait_healthy(base, process, log)
-    yield base, env, log
-    assert stop(process) == 0
+    log = tmp_path / "serve.log"
+    server = serve_vigil([VIGIL, "serve"], env, log)
+    yield server.base, env, log
+    assert stop(server.process) == 0
 
 
 def post_setup(session: requests.Session, base: str, headers: dict | None = None, **fields) -> requests.Response:
@@ -234,11 +232,9 @@ def two_webs(postgres, tmp_path):
            "VIGIL_DATA_DIR": str(tmp_path)}
     webs = []
     for name, extra in (("a", {}), ("b", {"SETUP_TRUST_LOOPBACK": "false"})):
-        port, log = free_port(), tmp_path / f"web-{name}.log"
-        webs.append((start([VIGIL, "web", "--port", str(port)], {**env, **extra}, log),
-                     f"http://127.0.0.1:{port}", log))
-    for process, base, log in webs:
-        wait_healthy(base, process, log)
+        log = tmp_path / f"web-{name}.log"
+        served = serve_vigil([VIGIL, "web"], {**env, **extra}, log)
+        webs.append((served.process, served.base, log))
     yield [(base, log) for _, base, log in webs]
     for process, _, _ in webs:
         assert stop(process) == 0

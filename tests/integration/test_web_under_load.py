@@ -17,7 +17,7 @@ from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
 from tests.httpd import Handler, serve
 from tests.integration.conftest import _account
 from tests.integration.helpers import db
-from tests.processes import VIGIL, free_port, start, stop, wait_healthy
+from tests.processes import VIGIL, serve_vigil, stop
 
 #: the bounds the server under test runs with (small, so a test needs few calls to reach them)
 TOTAL, PER_ACCOUNT, DEADLINE, HEADER_TIMEOUT, RATE, BODY_CAP = 4, 2, 3, 2, 40, 4096
@@ -67,12 +67,9 @@ def web(postgres, tmp_path_factory):
            "CREATE_CONCURRENCY_PER_ACCOUNT": str(PER_ACCOUNT), "CREATE_FETCH_TIMEOUT_SECONDS": str(DEADLINE),
            "WEB_HEADER_TIMEOUT_SECONDS": str(HEADER_TIMEOUT), "API_RATE_PER_MINUTE": str(RATE),
            "API_MAX_BODY_BYTES": str(BODY_CAP), "VIGIL_DATA_DIR": str(log.parent)}
-    port = free_port()
-    process = start([VIGIL, "web", "--port", str(port)], env, log)
-    base = f"http://127.0.0.1:{port}"
-    wait_healthy(base, process, log)
-    yield base, log
-    stop(process)
+    served = serve_vigil([VIGIL, "web"], env, log)
+    yield served.base, log
+    stop(served.process)
 
 
 @pytest.fixture()

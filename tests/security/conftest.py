@@ -3,23 +3,21 @@
 import pytest
 
 from tests.integration.conftest import *  # noqa: F401,F403  (fixtures: postgres, clean, settings, broker, client ...)
-from tests.processes import VIGIL, free_port, start, stop, wait_healthy
+from tests.processes import VIGIL, serve_vigil, stop
 
 
 @pytest.fixture()
 def serve_debug(tmp_path):
     """`vigil serve` (embedded, SQLite) logging at DEBUG, with loopback sources allowed: (base, env, process, log).
     Whatever a test makes it do, its secrets must then appear nowhere in `log`."""
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
     env = {"VIGIL_DATA_DIR": str(tmp_path / "data"), "DATABASE_URL": "", "REDIS_URL": "", "SECRET_KEY": "",
-           "ENCRYPTION_KEYS": "", "FETCH_ALLOW_LOOPBACK": "true", "LOG_LEVEL": "DEBUG", "PUBLIC_API_BASE_URL": base,
+           "ENCRYPTION_KEYS": "", "FETCH_ALLOW_LOOPBACK": "true", "LOG_LEVEL": "DEBUG",
            "API_URL": "", "JUDGE_BASE_URL": "", "JUDGE_API_KEY": "", "JUDGE_MODEL": "", "JUDGE_API_VERSION": "",
            "SCHEDULER_TICK_SECONDS": "0.2", "PYTHONUNBUFFERED": "1"}
     log = tmp_path / "serve.log"
-    process = start([VIGIL, "serve", "--port", str(port)], env, log)
+    served = serve_vigil([VIGIL, "serve"], lambda port: {**env, "PUBLIC_API_BASE_URL": f"http://127.0.0.1:{port}"},
+                         log)
     try:
-        wait_healthy(base, process, log)
-        yield base, env, process, log
+        yield served.base, served.env, served.process, log
     finally:
-        stop(process)
+        stop(served.process)

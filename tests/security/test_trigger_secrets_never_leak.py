@@ -21,7 +21,7 @@ from engine.signatures import new_secret, sign
 from models.tables import TriggerLink
 from tests.integration.test_embedded_smoke import wait_for
 from tests.judge_server import JudgeServer
-from tests.processes import VIGIL, free_port, start, stop, vigil, wait_healthy
+from tests.processes import VIGIL, serve_vigil, stop, vigil
 
 JUDGE_KEY = "sk-judge-SECRET-do-not-log"
 #: A model API key entered in Settings → Models (stored encrypted in the catalog, not in the environment).
@@ -42,20 +42,18 @@ def judge():
 @pytest.fixture()
 def serve(tmp_path, judge):
     data = tmp_path / "data"
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
     env = {"VIGIL_DATA_DIR": str(data), "DATABASE_URL": "", "REDIS_URL": "", "SECRET_KEY": "",
            "ENCRYPTION_KEYS": "", "FETCH_ALLOW_LOOPBACK": "true", "LOG_LEVEL": "DEBUG",
-           "PUBLIC_API_BASE_URL": base, "API_URL": "", "JUDGE_BASE_URL": judge.base_url,
+           "API_URL": "", "JUDGE_BASE_URL": judge.base_url,
            "JUDGE_API_KEY": JUDGE_KEY, "JUDGE_MODEL": "m", "JUDGE_API_VERSION": "",
            "DELIVERY_SWEEP_SECONDS": "1", "SCHEDULER_TICK_SECONDS": "0.2", "PYTHONUNBUFFERED": "1"}
     log = tmp_path / "serve.log"
-    process = start([VIGIL, "serve", "--port", str(port)], env, log)
+    served = serve_vigil([VIGIL, "serve"], lambda port: {**env, "PUBLIC_API_BASE_URL": f"http://127.0.0.1:{port}"},
+                         log)
     try:
-        wait_healthy(base, process, log)
-        yield base, env, data, process, log
+        yield served.base, served.env, data, served.process, log
     finally:
-        stop(process)
+        stop(served.process)
 
 
 def read_stream(base: str, token: str, raw: list[str], events: list, ready: threading.Event) -> None:
