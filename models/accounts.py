@@ -9,7 +9,8 @@ import peewee
 
 from engine.tokens import hash_password, new_token, same_secret, token_digest, verify_password
 from models.db import database, iso, utcnow, write_transaction
-from models.tables import ApiToken, User
+from models.sessions import end_sessions
+from models.tables import ApiToken, BrowserSession, User
 
 TOKEN_PREFIX = "vgl_"
 #: longest label of a runtime token (the column's size)
@@ -52,9 +53,23 @@ def _new_account(email: str, password: str) -> tuple[str, str]:
     email = normalize_email(email)
     if "@" not in email or len(email) > 320:
         raise AccountError(f"{email!r} is not an email address")
+    return email, _password_hash(password)
+
+
+def _password_hash(password: str) -> str:
+    """The hash of a new password, or AccountError when it is too short."""
     if len(password) < 8:
         raise AccountError("the password must be at least 8 characters")
-    return email, hash_password(password)
+    return hash_password(password)
+
+
+def change_password(user: User, password: str, keep: BrowserSession | None = None) -> int:
+    """Give `user` a new password and end their browser sessions but `keep` (the one that changed it, if any), in
+    one transaction; how many sessions ended. AccountError when the password breaks the rules."""
+    password_hash = _password_hash(password)
+    with write_transaction():
+        User.update(password_hash=password_hash).where(User.id == user.id).execute()
+        return end_sessions(user, keep)
 
 
 def authenticate(email: str, password: str) -> User | None:

@@ -27,6 +27,21 @@ class ApiToken(BaseModel):
         table_name = "api_tokens"
 
 
+class BrowserSession(BaseModel):
+    """A signed-in browser (m0025): its cookie holds a random id, this row only the id's digest, so signing out
+    (or a password change) ends it at once."""
+    user = peewee.ForeignKeyField(User, on_delete="CASCADE")
+    digest = peewee.CharField(max_length=64, unique=True)
+    #: the session's CSRF token, kept here rather than in the cookie
+    csrf = peewee.CharField(max_length=64)
+    created_at = peewee.DateTimeField(default=utcnow)
+    #: moved at most once a minute (models/sessions.py), for the idle expiry
+    last_seen_at = peewee.DateTimeField(default=utcnow)
+
+    class Meta:
+        table_name = "sessions"
+
+
 class Conversation(BaseModel):
     user = peewee.ForeignKeyField(User, backref="conversations", on_delete="CASCADE", index=False)
     external_id = peewee.CharField(max_length=200)
@@ -489,4 +504,4 @@ class WakeAttempt(BaseModel):
 ALL_TABLES = [User, ApiToken, Conversation, Message, Monitor, MonitorRun, Wake, HeldWake, JudgeModel, TokenUsage,
               TriggerLink, Delivery, AuditEvent, ApprovalRequest, Device, PairingCode, CommandRun, RunRecord,
               CommandApproval, Document, AgentTool, ToolApproval, McpConnection, WakeEndpoint, WakePush,
-              WakeAttempt]
+              WakeAttempt, BrowserSession]
