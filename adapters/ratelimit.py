@@ -10,7 +10,7 @@ import logging
 import math
 import time
 
-from limits import RateLimitItemPerMinute
+from limits import RateLimitItemPerMinute, RateLimitItemPerSecond
 from limits.errors import StorageError
 from limits.storage import MemoryStorage, storage_from_string
 from limits.strategies import MovingWindowRateLimiter
@@ -38,3 +38,23 @@ class LinkLimiter:
         except StorageError:
             return 1
         return max(1, math.ceil(reset - time.time()))
+
+    def blocked_for(self, scope: str, key: str, amount: int, seconds: int) -> int:
+        """0 while `key` has had fewer than `amount` hits in the last `seconds` (this counts nothing); otherwise
+        whole seconds until the oldest of them leaves the window (at least 1), for a Retry-After header."""
+        item = RateLimitItemPerSecond(amount, seconds)
+        try:
+            if self._limiter.test(item, scope, key):
+                return 0
+            reset = self._limiter.get_window_stats(item, scope, key).reset_time
+        except StorageError as exc:
+            log.warning("rate limit skipped, its storage is unreachable: %s", exc)
+            return 0
+        return max(1, math.ceil(reset - time.time()))
+
+    def count(self, scope: str, key: str, amount: int, seconds: int) -> None:
+        """Count one hit of `key` toward `amount` in `seconds` (see blocked_for)."""
+        try:
+            self._limiter.hit(RateLimitItemPerSecond(amount, seconds), scope, key)
+        except StorageError as exc:
+            log.warning("rate limit skipped, its storage is unreachable: %s", exc)

@@ -186,6 +186,18 @@ class Settings:
     """vigil serve also runs a runner in-process, paired as device "local" of the first account. Default false."""
     SESSION_COOKIE_SECURE: bool = False
     """Send the session cookie over HTTPS only; turn on behind TLS. Default false."""
+    SESSION_IDLE_SECONDS: int = 14 * 86400
+    """A browser session not used for this long ends (sign in again). Default 1209600 (14 days)."""
+    SESSION_MAX_SECONDS: int = 30 * 86400
+    """A browser session ends this long after its sign-in, however busy. Default 2592000 (30 days)."""
+    LOGIN_FAILURES_PER_ACCOUNT: int = 5
+    """Wrong passwords for one email (an account or not) within LOGIN_FAILURE_WINDOW_SECONDS after which signing
+    in with it is refused, the right password too: 429 with Retry-After. Default 5."""
+    LOGIN_FAILURES_PER_ADDRESS: int = 20
+    """Wrong passwords from one client address within LOGIN_FAILURE_WINDOW_SECONDS after which signing in from it
+    is refused (429 with Retry-After). Default 20."""
+    LOGIN_FAILURE_WINDOW_SECONDS: int = 900
+    """The moving window login failures are counted in. Default 900 (15 minutes)."""
     SETUP_TRUST_LOOPBACK: bool = True
     """While there is no account, /setup lets a browser on this machine create it without the setup code (a
     request from 127.0.0.1 or ::1 that carries no proxy header). Default true."""
@@ -229,6 +241,10 @@ class Settings:
             raise SettingsError("FETCH_SHARED_CACHE_BYTES must be 0 (sharing off) or more")
         if self.WAKE_PUSH_LEASE_SECONDS < 20:
             raise SettingsError("WAKE_PUSH_LEASE_SECONDS must be at least 20 (a push may take 15 s)")
+        for name in ("SESSION_IDLE_SECONDS", "SESSION_MAX_SECONDS", "LOGIN_FAILURES_PER_ACCOUNT",
+                     "LOGIN_FAILURES_PER_ADDRESS", "LOGIN_FAILURE_WINDOW_SECONDS"):
+            if getattr(self, name) < 1:
+                raise SettingsError(f"{name} must be at least 1")
         for name in ("CREATE_FETCH_TIMEOUT_SECONDS", "WEB_HEADER_TIMEOUT_SECONDS", "WAKE_PUSH_SWEEP_SECONDS"):
             if getattr(self, name) <= 0:
                 raise SettingsError(f"{name} must be more than 0")

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
 from litestar import Litestar, Request, Response, asgi
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
-from litestar.middleware.session.client_side import CookieBackendConfig
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
 from litestar.template.config import TemplateConfig
@@ -16,6 +14,7 @@ from litestar.types import Receive, Scope, Send
 from app import unavailable
 from app.actions import ActionsController
 from app.approvals import ApprovalsController
+from app.auth import session_cookies
 from app.capacity import install_lanes, lanes_middleware
 from app.connections import ConnectionsController
 from app.conversations_api import ConversationsController, WakesController
@@ -67,11 +66,6 @@ def create_app(settings: Settings) -> Litestar:
         """The MCP server (app/mcp_server.py), its own authentication and host allowlist."""
         await mcp_app(scope, receive, send)
 
-    session = CookieBackendConfig(secret=hashlib.sha256(f"session:{settings.SECRET_KEY}".encode()).digest(),
-                                  key="vigil_session", httponly=True, samesite="lax",
-                                  secure=settings.SESSION_COOKIE_SECURE,
-                                  exclude=["^/api/triggers/", "^/api/tool/", "^/healthz", "^/readyz", "^/metrics",
-                                           "^/api/runner/", "^/mcp"])
     return Litestar(
         route_handlers=[ToolController, ConversationsController, MonitorsController, MonitorPageController, EventsController,
                         PagesController, ModelsController, TriggersController, ApprovalsController, healthz, readyz, metrics,
@@ -79,7 +73,7 @@ def create_app(settings: Settings) -> Litestar:
                         ConnectionsController, WakeEndpointsController, WakesController, FirstRunController,
                         TokensController, mcp,
                         create_static_files_router(path="/static", directories=[STATIC])],
-        middleware=[lanes_middleware, session.middleware],
+        middleware=[lanes_middleware, session_cookies],
         exception_handlers={**unavailable.HANDLERS, RequestEntityTooLarge: _too_large(settings.API_MAX_BODY_BYTES)},
         request_max_body_size=settings.API_MAX_BODY_BYTES,
         on_shutdown=[_hand_over_deliveries],

@@ -12,7 +12,7 @@ from litestar.exceptions import NotAuthorizedException
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from adapters.metrics import counting_clients
-from app.auth import SESSION_CSRF, api_user, session_user
+from app.auth import api_user, csrf_token, session_user
 from app.pages import approval_cards, trigger_cards
 from app.templating import env, render
 from models import connection, utcnow
@@ -38,7 +38,7 @@ class EventsController(Controller):
         user = await sync_to_thread(session_user, request)
         if user is None:
             raise NotAuthorizedException("Sign in to follow your monitors.")
-        csrf = (request.session or {}).get(SESSION_CSRF, "")  # for the forms of the partials it sends
+        csrf = csrf_token(request)  # for the forms of the partials it sends (the session is looked up already)
         return _stream(user, lambda name, data: _as_html(user, name, data, csrf))
 
 

@@ -8,14 +8,13 @@ import hmac
 import ipaddress
 import logging
 import re
-import secrets
 from typing import Annotated
 
 from litestar import Controller, Request, Response, get, post
 from litestar.exceptions import NotFoundException
 from litestar.response import Redirect, Template
 
-from app.auth import SESSION_CSRF, SESSION_USER, check_csrf, csrf_token
+from app.auth import check_csrf, csrf_token, sign_in
 from app.pages import Form
 from engine.tokens import same_secret
 from models import connection
@@ -109,7 +108,7 @@ class FirstRunController(Controller):
         except AccountError as exc:
             return _form(request, f"The account was not created: {exc}.", 400, email)
         log.info("first-run setup created the owner account %s", user.email)
-        request.set_session({SESSION_USER: user.id, SESSION_CSRF: secrets.token_urlsafe(32)})
+        sign_in(request, user)
         return Redirect("/settings/tokens", status_code=303)
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from typing import Annotated
 
 from litestar import Controller, Request, Response, get, post
@@ -11,7 +10,8 @@ from litestar.exceptions import NotFoundException
 from litestar.params import Body, FromPath
 from litestar.response import Redirect, Template
 
-from app.auth import SESSION_CSRF, SESSION_USER, check_csrf, csrf_token, session_user
+from app.auth import browser_session, check_csrf, csrf_token, session_user, sign_in, sign_out
+from app.login_limits import LoginLocked, checked_login
 from engine.links import app_base, public_base
 from engine.signatures import example_body, example_curl
 from engine.spec import check_from_record
@@ -58,6 +58,17 @@ def _local_path(value: str | None) -> str | None:
     return value
 
 
+def _authenticate(email: str, password: str):
+    with connection():
+        return authenticate(email, password)
+
+
+def _login_page(request: Request, error: str | None, after: str | None, status: int = 200,
+                headers: dict | None = None) -> Template:
+    return Template("pages/login.html", status_code=status, headers=headers,
+                    context={"csrf": csrf_token(request), "error": error, "next": after})
+
+
 class PagesController(Controller):
     @get("/", sync_to_thread=True)
     def home(self, request: Request) -> Redirect:
@@ -71,25 +82,28 @@ class PagesController(Controller):
         with connection():
             if not has_users():
                 return Redirect("/setup")  # first run: there is no one to sign in yet
-        return Template("pages/login.html", context={"csrf": csrf_token(request), "error": None,
-                                                     "next": _local_path(request.query_params.get("next"))})
+        return _login_page(request, None, _local_path(request.query_params.get("next")))
 
     @post("/login", sync_to_thread=True)
     def login(self, request: Request, data: Annotated[dict[str, str], Form]) -> Response:
+        """Sign in; refused (429, Retry-After) after too many wrong passwords for the email or from the address."""
         check_csrf(request, data.get("_csrf"))
-        with connection():
-            user = authenticate(data.get("email", ""), data.get("password", ""))
-        after = _local_path(data.get("next"))
+        email, password, after = data.get("email", ""), data.get("password", ""), _local_path(data.get("next"))
+        try:
+            user = checked_login(request, email, lambda: _authenticate(email, password))
+        except LoginLocked as locked:
+            return _login_page(request, str(locked), after, 429, {"Retry-After": str(locked.wait)})
         if user is None:
-            return Template("pages/login.html", status_code=400,
-                            context={"csrf": csrf_token(request), "error": "Wrong email or password.", "next": after})
-        request.set_session({SESSION_USER: user.id, SESSION_CSRF: secrets.token_urlsafe(32)})
+            return _login_page(request, "Wrong email or password.", after, 400)
+        sign_in(request, user)
         return Redirect(after or "/settings/monitors", status_code=303)
 
     @post("/logout", sync_to_thread=True)
     def logout(self, request: Request, data: Annotated[dict[str, str], Form]) -> Redirect:
-        check_csrf(request, data.get("_csrf"))
-        request.clear_session()
+        """End this browser's session at once: its cookie, replayed, is signed out."""
+        if browser_session(request) is not None:
+            check_csrf(request, data.get("_csrf"))
+        sign_out(request)
         return Redirect("/login", status_code=303)
 
     @get("/settings/monitors", sync_to_thread=True)

@@ -1,6 +1,7 @@
 """Runtime tokens: Settings → Tokens and GET/POST/DELETE /api/tokens. The owner's browser session only (CSRF
 checked on changes): a runtime token never lists, creates or revokes tokens. A new token is shown once; only its
-digest is stored."""
+digest is stored. The same page holds the owner's own sign-in: change the password (the other browser sessions
+end), and sign out everywhere (every session ends, this one too)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from litestar.exceptions import NotFoundException, PermissionDeniedException, Va
 from litestar.params import Body, FromPath
 from litestar.response import Redirect, Template
 
-from app.auth import bearer_token, check_csrf, csrf_token, session_user
+from app.auth import bearer_token, browser_session, check_csrf, csrf_token, session_user, sign_out
+from app.login_limits import LoginLocked, checked_login
 from app.pages import Form
 from models import connection
-from models.accounts import AccountError, issue_token, revoke_token, token_json, user_tokens
+from engine.tokens import verify_password
+from models.accounts import AccountError, change_password, issue_token, revoke_token, token_json, user_tokens
 from models.conversations import user_conversations
 
 OWNER_ONLY = ("Only the owner, signed in to Vigil in a browser, can list, create or revoke runtime tokens; a "
@@ -80,6 +83,39 @@ class TokensController(Controller):
                 raise NotFoundException(NO_SUCH_TOKEN)
         return Redirect("/settings/tokens", status_code=303)
 
+    @post("/settings/password", sync_to_thread=True)
+    def change_password(self, request: Request, data: Annotated[dict[str, str], Form]) -> Response:
+        """A new password, given the current one (counted as a sign-in: wrong ones lock it the same way); the
+        account's other browser sessions end, this one stays."""
+        user = _owner(request, unsafe=True, submitted=data.get("_csrf"))
+        password = data.get("password", "")
+        if password != data.get("password_again", ""):
+            return _page(request, user, account_error="The two new passwords differ; type the same one twice.",
+                         status=400)
+        try:
+            right = checked_login(request, user.email,
+                                  lambda: verify_password(data.get("current_password", ""), user.password_hash))
+        except LoginLocked as locked:
+            return _page(request, user, account_error=str(locked), status=429,
+                         headers={"Retry-After": str(locked.wait)})
+        if not right:
+            return _page(request, user, account_error="The current password is wrong; nothing was changed.",
+                         status=400)
+        try:
+            with connection():
+                ended = change_password(user, password, keep=browser_session(request))
+        except AccountError as exc:
+            return _page(request, user, account_error=f"The password was not changed: {exc}.", status=400)
+        return _page(request, user, notice=f"Password changed; {ended} other browser session"
+                                           f"{'' if ended == 1 else 's'} signed out.")
+
+    @post("/settings/sign-out-everywhere", sync_to_thread=True)
+    def sign_out_everywhere(self, request: Request, data: Annotated[dict[str, str], Form]) -> Redirect:
+        """End every browser session of the account at once, this one too (runtime tokens are not touched)."""
+        user = _owner(request, unsafe=True, submitted=data.get("_csrf"))
+        sign_out(request, everywhere=user)
+        return Redirect("/login", status_code=303)
+
 
 def _owner(request: Request, unsafe: bool = False, submitted: str | None = None):
     """The signed-in owner (CSRF checked when `unsafe`); 403 for a runtime token, or with no session."""
@@ -93,9 +129,10 @@ def _owner(request: Request, unsafe: bool = False, submitted: str | None = None)
     return user
 
 
-def _page(request: Request, user, new: dict | None = None, error: str | None = None, status: int = 200) -> Response:
+def _page(request: Request, user, new: dict | None = None, error: str | None = None, status: int = 200,
+          account_error: str | None = None, notice: str | None = None, headers: dict | None = None) -> Response:
     with connection():
         context = {"user": user, "tokens": user_tokens(user), "conversations": user_conversations(user),
-                   "new": new, "error": error}
+                   "new": new, "error": error, "account_error": account_error, "notice": notice}
     return Template("pages/tokens.html", context={**context, "csrf": csrf_token(request)}, status_code=status,
-                    headers=NO_STORE)
+                    headers={**NO_STORE, **(headers or {})})
