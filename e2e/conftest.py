@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from tests.conftest import WORKER, E2E_DATABASE_URL, ensure_database, for_worker_redis, require
-from tests.processes import VIGIL, free_port, start, terminate, vigil, wait_healthy
+from tests.processes import VIGIL, serve_vigil, start, terminate, vigil
 from tests.servers import PageServer
 
 E2E_REDIS_URL = for_worker_redis(os.environ.get("VIGIL_E2E_REDIS_URL", "redis://127.0.0.1:6379/14"))
@@ -98,17 +98,17 @@ def vigil_stack(tmp_path_factory):
     vigil("user", "create", email, "--password", password, env=env)
     token = vigil("token", "create", "--user", email, env=env).strip().splitlines()[-1]
 
-    port = free_port()
-    env["PUBLIC_API_BASE_URL"] = f"http://127.0.0.1:{port}"  # trigger links point at this web process
-    stack = VigilStack(f"http://127.0.0.1:{port}", token, email, password, env,
+    stack = VigilStack("", token, email, password, env,  # base: once the web process holds a port
                        {name: root / f"{name}.log" for name in ("web", "worker", "scheduler")})
     processes = {}
     try:
-        processes["web"] = start([VIGIL, "web", "--host", "127.0.0.1", "--port", str(port)], env, stack.logs["web"])
+        web = serve_vigil([VIGIL, "web", "--host", "127.0.0.1"],
+                          lambda port: {**env, "PUBLIC_API_BASE_URL": f"http://127.0.0.1:{port}"}, stack.logs["web"])
+        processes["web"], stack.base = web.process, web.base
+        env["PUBLIC_API_BASE_URL"] = web.base  # trigger links point at this web process
         processes["worker"] = start([VIGIL, "worker", "--processes", "1", "--threads", "2"], env,
                                     stack.logs["worker"])
         processes["scheduler"] = start([VIGIL, "scheduler"], env, stack.logs["scheduler"])
-        wait_healthy(stack.base, processes["web"], stack.logs["web"])
         for name, process in processes.items():
             assert process.poll() is None, f"vigil {name} exited early:\n{stack.log_tails()}"
         yield stack

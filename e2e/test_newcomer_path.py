@@ -15,7 +15,7 @@ import pytest
 from playwright.sync_api import Page, expect
 
 from e2e.browser import LIVE, mark_event_stream_open, shoot
-from tests.processes import VIGIL, free_port, start, stop, wait_healthy
+from tests.processes import VIGIL, serve_vigil, stop
 
 pytestmark = pytest.mark.e2e
 
@@ -26,18 +26,16 @@ EMAIL, PASSWORD = "newcomer@example.com", "a-newcomers-password"
 @pytest.fixture()
 def fresh_vigil(tmp_path):
     """`vigil serve` on an empty SQLite database: no account yet."""
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
     env = {"VIGIL_DATA_DIR": str(tmp_path / "data"), "DATABASE_URL": "", "REDIS_URL": "",
            "FETCH_ALLOW_LOOPBACK": "true", "MONITOR_MIN_INTERVAL_SECONDS": "1", "SCHEDULER_TICK_SECONDS": "0.2",
-           "PUBLIC_API_BASE_URL": base, "PYTHONUNBUFFERED": "1"}
+           "PYTHONUNBUFFERED": "1"}
     log = tmp_path / "serve.log"
-    process = start([VIGIL, "serve", "--port", str(port)], env, log)
+    served = serve_vigil([VIGIL, "serve"], lambda port: {**env, "PUBLIC_API_BASE_URL": f"http://127.0.0.1:{port}"},
+                         log)
     try:
-        wait_healthy(base, process, log)
-        yield base, log
+        yield served.base, log
     finally:
-        assert stop(process) == 0, log.read_text()[-3000:]
+        assert stop(served.process) == 0, log.read_text()[-3000:]
 
 
 def readme_curl_body() -> dict:

@@ -21,7 +21,7 @@ import requests
 from standardwebhooks import Webhook
 
 from e2e.api import wake_messages
-from tests.processes import free_port, start, terminate, vigil
+from tests.processes import start, start_on_free_port, terminate, vigil
 from tests.scripted_model import ARMED, ASK, ScriptedModel
 
 pytestmark = pytest.mark.e2e
@@ -41,13 +41,21 @@ class RuntimeProcess:
     """One `python examples/runtime/runtime.py`, its HTTP API, and its stderr log read back as events."""
 
     def __init__(self, stack, model: ScriptedModel, state: Path, log: Path, port: int | None = None) -> None:
-        self.port = port or free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
         self.state, self.log = state, log
-        self.env = {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "sk-scripted", "MODEL": "scripted-model",
-                    "VIGIL_URL": stack.base, "VIGIL_TOKEN": stack.token, "RUNTIME_PUBLIC_URL": self.base,
-                    "RUNTIME_PORT": str(self.port), "RUNTIME_STATE": str(state), "PYTHONUNBUFFERED": "1"}
-        self.process = start([sys.executable, str(RUNTIME)], self.env, log)
+
+        def env(port: int) -> dict:
+            return {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "sk-scripted", "MODEL": "scripted-model",
+                    "VIGIL_URL": stack.base, "VIGIL_TOKEN": stack.token, "RUNTIME_PORT": str(port),
+                    "RUNTIME_PUBLIC_URL": f"http://127.0.0.1:{port}", "RUNTIME_STATE": str(state),
+                    "PYTHONUNBUFFERED": "1"}
+
+        if port:  # a restart, on the address its wake endpoint was registered with
+            self.port, self.env = port, env(port)
+            self.process = start([sys.executable, str(RUNTIME)], self.env, log)
+        else:
+            served = start_on_free_port(lambda _: [sys.executable, str(RUNTIME)], env, log)
+            self.port, self.env, self.process = served.port, served.env, served.process
+        self.base = f"http://127.0.0.1:{self.port}"
         self._wait_up()
 
     def _wait_up(self, timeout: float = 30) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import psycopg2
 import requests
 
-from tests.processes import VIGIL, free_port, start, terminate, vigil, wait_healthy
+from tests.processes import VIGIL, serve_vigil, start, terminate, vigil, wait_healthy
 
 #: Settings of the test stack: short sweep and ticks so a lost message is recovered within seconds.
 FAST = {"MONITOR_MIN_INTERVAL_SECONDS": "1", "SCHEDULER_TICK_SECONDS": "0.2", "DELIVERY_SWEEP_SECONDS": "5",
@@ -42,11 +42,10 @@ def new_stack(pg, rds, redis_db: int = 0, **settings: str) -> "Stack":
 class Stack:
     def __init__(self, root: Path, database_url: str, redis_url: str, **settings: str) -> None:
         self.root = root
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.port = 0  # picked by the web's first start; PUBLIC_API_BASE_URL names it from then on
         self.database_url = database_url
         self.env = {**FAST, "DATABASE_URL": database_url, "REDIS_URL": redis_url, "SECRET_KEY": "reliability-key",
-                    "VIGIL_DATA_DIR": str(root / "data"), "PUBLIC_API_BASE_URL": self.base, **settings}
+                    "VIGIL_DATA_DIR": str(root / "data"), **settings}
         self.processes: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, Path] = {}
         self.token = ""
@@ -59,10 +58,20 @@ class Stack:
         return self
 
     @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
     def auth(self) -> dict:
         return {"Authorization": f"Bearer {self.token}"}
 
     def start_web(self) -> None:
+        """The first start picks a free port; a restart keeps it, as runners and wake links know the address."""
+        if not self.port:
+            served = serve_vigil([VIGIL, "web", "--host", "127.0.0.1"], lambda port: {
+                **self.env, "PUBLIC_API_BASE_URL": f"http://127.0.0.1:{port}"}, self._mark("web"), timeout=60)
+            self.processes["web"], self.port, self.env = served.process, served.port, served.env
+            return
         self._start("web", [VIGIL, "web", "--host", "127.0.0.1", "--port", str(self.port)])
         wait_healthy(self.base, self.processes["web"], self.logs["web"], timeout=60)
 
@@ -117,10 +126,14 @@ class Stack:
         return session, re.search(r'"X-CSRF-Token": "([^"]+)"', page).group(1)
 
     def _start(self, name: str, args: list[str]) -> None:
+        self.processes[name] = start(args, self.env, self._mark(name))
+
+    def _mark(self, name: str) -> Path:
+        """The process's log, with a line marking this start."""
         self.logs[name] = self.root / f"{name}.log"
         with open(self.logs[name], "ab") as fh:
             fh.write(f"\n===== start {time.strftime('%H:%M:%S')} =====\n".encode())
-        self.processes[name] = start(args, self.env, self.logs[name])
+        return self.logs[name]
 
     def kill(self, name: str) -> None:
         """SIGKILL to the process and all its children (Dramatiq's worker processes), as a crash or OOM does."""
