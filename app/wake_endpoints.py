@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, delete, get, post
-from litestar.exceptions import NotAuthorizedException, NotFoundException
+from litestar.exceptions import NotAuthorizedException, NotFoundException, ValidationException
 from litestar.params import Body, FromPath
 from litestar.response import Redirect, Template
 
@@ -22,7 +22,8 @@ from models.wake_endpoints import (
     EndpointRefused, add_endpoint, check_endpoint, delete_endpoint, enable_endpoint, endpoint_json, owned_endpoint,
     recent_attempts, rotate_secret, user_endpoints,
 )
-from tasks.runtime import current
+from tasks.pushes import push_due
+from tasks.runtime import current, own_endpoints
 
 NO_STORE = {"Cache-Control": "no-store"}
 
@@ -34,8 +35,9 @@ class WakeEndpointsController(Controller):
         user = _caller(request)
         body = data if isinstance(data, dict) else {}
         try:
+            settings = current().settings
             url, description = check_endpoint(body.get("url"), body.get("description"),
-                                              current().settings.FETCH_ALLOW_LOOPBACK)
+                                              settings.FETCH_ALLOW_LOOPBACK, own_endpoints(settings))
             with connection():
                 endpoint, secret = add_endpoint(user, url, description, current().keyring, utcnow())
         except EndpointRefused as exc:
@@ -76,13 +78,20 @@ class WakeEndpointsController(Controller):
 
     @post("/api/wake-endpoints/{endpoint_id:int}/enable", status_code=200, sync_to_thread=True,
            responses=errors(400, 401, 403, 404, 429))
-    def enable(self, request: Request, endpoint_id: FromPath[int]) -> Response:
-        """Back on after a 410 or days of failures; later wakes are pushed again."""
+    def enable(self, request: Request, endpoint_id: FromPath[int],
+               data: Annotated[Any, Body(description='{"resend": true} to push again what it gave up on')] = None
+               ) -> Response:
+        """Back on after a 410 or days of failures; later wakes are pushed again. With {"resend": true}, so are
+        the wakes it gave up on since its last delivery (`resent` counts them)."""
+        resend = data.get("resend", False) if isinstance(data, dict) else False
+        if not isinstance(resend, bool):
+            raise ValidationException("resend must be true (push again the wakes it gave up on) or false.")
         user = _caller(request)
         with connection():
-            endpoint = _owned(user, endpoint_id)
-            enable_endpoint(endpoint)
-            return Response(endpoint_json(_owned(user, endpoint_id)), headers=NO_STORE)
+            resent = enable_endpoint(_owned(user, endpoint_id), utcnow(), resend)
+            answer = {**endpoint_json(_owned(user, endpoint_id)), "resent": len(resent)}
+        send_pushes(resent)
+        return Response(answer, headers=NO_STORE)
 
     @get("/settings/wake-endpoints", sync_to_thread=True)
     def page(self, request: Request) -> Response:
@@ -103,8 +112,15 @@ class WakeEndpointsController(Controller):
             return Redirect("/login?next=/settings/wake-endpoints")
         check_csrf(request, data.get("_csrf"))
         with connection():
-            enable_endpoint(_owned(user, endpoint_id))
+            resent = enable_endpoint(_owned(user, endpoint_id), utcnow(), data.get("resend") == "true")
+        send_pushes(resent)
         return Redirect("/settings/wake-endpoints", status_code=303)
+
+
+def send_pushes(push_ids: list[int]) -> None:
+    """Pushes due again, sent by the workers now (the scheduler's sweep would send them too, later)."""
+    for start in range(0, len(push_ids), 20):
+        push_due.send(push_ids[start:start + 20])
 
 
 def _caller(request: Request):

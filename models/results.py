@@ -129,8 +129,9 @@ def _record_change(monitor: Monitor, claim_seq: int, outcome: Outcome, now: date
         return Recorded(_claimed_update(monitor, claim_seq, fields, event=event))
     key = f"{monitor.check['type']}:{fire_number}:{verdict.fact}"
     text = wake_text(monitor.description, verdict.found, monitor.on_match, last=last, unchecked=unchecked)
-    extra = {"found": verdict.found, "checked_against_condition": bool(monitor.condition) and not unchecked,
-             **wake_extra}
+    extra = {"found": verdict.found, **wake_extra}
+    if monitor.condition:  # said only where there is a condition to have checked
+        extra["checked_against_condition"] = not unchecked
     return store_fire(monitor, claim_seq, fields, event, source, key, text, extra)
 
 

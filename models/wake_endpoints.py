@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from engine.addresses import check_url, literal_reason
+from peewee import fn
+
+from engine.addresses import Own, check_url, literal_reason, own_literal_reason
 from engine.crypto import Keyring
 from engine.errors import BlockedURL
 from engine.pushes import DELIVERED, DISABLE, GIVE_UP, Verdict
@@ -37,7 +39,8 @@ class EndpointRefused(Exception):
         self.message, self.status = message, status
 
 
-def check_endpoint(url: object, description: object, allow_loopback: bool) -> tuple[str, str]:
+def check_endpoint(url: object, description: object, allow_loopback: bool,
+                   own: Own | None = None) -> tuple[str, str]:
     if not isinstance(url, str) or not url.strip():
         raise EndpointRefused("url is required: the https address your runtime receives wakes at.")
     if len(url) > 2000:
@@ -46,6 +49,9 @@ def check_endpoint(url: object, description: object, allow_loopback: bool) -> tu
         check_url(url.strip())
     except BlockedURL as exc:
         raise EndpointRefused(f"url can't be used: {exc.message}") from None
+    itself = own_literal_reason(url.strip(), own)
+    if itself:
+        raise EndpointRefused(f"url can't be used: it points to {itself}")
     reason = literal_reason(url.strip(), allow_loopback)
     if reason:
         hint = (" For a runtime on the same machine as Vigil, set FETCH_ALLOW_LOOPBACK=true."
@@ -97,10 +103,29 @@ def rotate_secret(endpoint: WakeEndpoint, keyring: Keyring, now: datetime) -> st
     return secret
 
 
-def enable_endpoint(endpoint: WakeEndpoint) -> None:
-    """Back on after the owner fixed the receiver: later wakes are pushed again (the given-up ones are not)."""
-    WakeEndpoint.update({WakeEndpoint.enabled: True, WakeEndpoint.disabled_reason: "",
-                         WakeEndpoint.failing_since: None}).where(WakeEndpoint.id == endpoint.id).execute()
+def enable_endpoint(endpoint: WakeEndpoint, now: datetime, resend: bool = False) -> list[int]:
+    """Back on after the owner fixed the receiver: later wakes are pushed again. With `resend`, the pushes it
+    gave up on since its last delivery are due again from their first attempt; their ids, for the caller to
+    send after this commits."""
+    with write_transaction():
+        WakeEndpoint.update({WakeEndpoint.enabled: True, WakeEndpoint.disabled_reason: "",
+                             WakeEndpoint.failing_since: None}).where(WakeEndpoint.id == endpoint.id).execute()
+        return given_up_requeued(endpoint.id, now) if resend else []
+
+
+def given_up_requeued(endpoint_id: int, now: datetime) -> list[int]:
+    """The endpoint's failed pushes of wakes newer than the last one it took (all it still has, if it never took
+    one; ended pushes are kept a week), pending again with no attempts."""
+    last = (WakePush.select(fn.MAX(WakePush.message)).where((WakePush.endpoint == endpoint_id)
+                                                             & (WakePush.status == "delivered")).scalar())
+    query = (WakePush.endpoint == endpoint_id) & (WakePush.status == FAILED)
+    if last is not None:
+        query &= WakePush.message > last
+    ids = [row.id for row in WakePush.select(WakePush.id).where(query).order_by(WakePush.message)]
+    if ids:
+        WakePush.update({WakePush.status: PENDING, WakePush.attempts: 0, WakePush.next_attempt_at: now}).where(
+            WakePush.id.in_(ids) & (WakePush.status == FAILED)).execute()
+    return ids
 
 
 def signing_secrets(endpoint: WakeEndpoint, keyring: Keyring, now: datetime) -> list[str]:

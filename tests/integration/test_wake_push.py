@@ -14,6 +14,7 @@ ticking the scheduler ahead makes a retry due for the actor too.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import Counter
@@ -590,3 +591,57 @@ def test_wake_push_whose_message_was_lost_is_sent_by_the_sweep(client, owner, dr
     clock(3)
     assert Counter(receiver.ids()) == {f"wake_{wake.id}": 1}
     assert [a["status_code"] for a in attempts(client, owner[1], endpoint["id"])] == [200]
+
+
+# --- enabling again, with what it gave up on ------------------------------------------------------------
+
+def test_wake_endpoint_enabled_with_resend_pushes_again_what_it_gave_up_on(client, owner, drain, clock, receiver):
+    receiver.answer(200, 410)
+    endpoint = register(client, owner[1], receiver.url)
+    path = webhook_monitor(client, owner[1])
+    delivered = wake_once(client, drain, path, "fact-delivered-first")
+    gone = wake_once(client, drain, path, "fact-answered-gone")
+    assert listed(client, owner[1])[0]["enabled"] is False
+    assert [p.status for p in push_rows()] == ["delivered", "failed"]
+
+    bad = client.post(f"/api/wake-endpoints/{endpoint['id']}/enable", headers=auth(owner[1]), json={"resend": "yes"})
+    assert bad.status_code == 400 and "resend must be true" in bad.json()["detail"]
+    assert listed(client, owner[1])[0]["enabled"] is False
+
+    enabled = client.post(f"/api/wake-endpoints/{endpoint['id']}/enable", headers=auth(owner[1]),
+                          json={"resend": True})
+    assert enabled.status_code == 200, enabled.text
+    assert enabled.json()["enabled"] is True and enabled.json()["resent"] == 1
+    drain()
+    clock(3)
+    assert receiver.ids() == [f"wake_{delivered.id}", f"wake_{gone.id}", f"wake_{gone.id}"]
+    assert [p.status for p in push_rows()] == ["delivered", "delivered"]
+    receiver.verified(endpoint["secret"])
+    again = client.post(f"/api/wake-endpoints/{endpoint['id']}/enable", headers=auth(owner[1]), json={"resend": True})
+    assert again.json()["resent"] == 0, "nothing is given up any more"
+
+
+def test_wake_endpoint_enable_button_on_settings_resends_what_it_gave_up_on(client, owner, drain, clock, receiver):
+    receiver.answer(410)
+    endpoint = register(client, owner[1], receiver.url)
+    gone = wake_once(client, drain, webhook_monitor(client, owner[1]), "fact-gone-before-the-button")
+    login(client)
+    page = client.get("/settings/wake-endpoints").text
+    assert 'name="resend" value="true"' in page
+    csrf = re.search(r'name="_csrf" value="([^"]+)"', page).group(1)
+    pressed = client.post(f"/settings/wake-endpoints/{endpoint['id']}/enable",
+                          data={"_csrf": csrf, "resend": "true"}, follow_redirects=False)
+    assert pressed.status_code == 303, pressed.text
+    drain()
+    clock(3)
+    assert receiver.ids() == [f"wake_{gone.id}", f"wake_{gone.id}"]
+    assert [p.status for p in push_rows()] == ["delivered"]
+
+
+def test_wake_push_of_a_monitor_without_a_condition_says_nothing_of_one(client, owner, drain, receiver):
+    endpoint = register(client, owner[1], receiver.url)
+    wake = wake_once(client, drain, webhook_monitor(client, owner[1]), "fact-no-condition")
+    [payload] = receiver.verified(endpoint["secret"])
+    metadata = payload["data"]["message"]["metadata"]
+    assert metadata["wake"]["source"] == "trigger" and "checked_against_condition" not in metadata
+    assert "checked_against_condition" not in wake.metadata
