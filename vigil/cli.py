@@ -64,6 +64,11 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("email")
     create.add_argument("--password", required=True)
     create.set_defaults(run=_user_create)
+    password = user.add_parser("password", help="set an owner's password (a forgotten one too); every browser "
+                               "session of the account ends")
+    password.add_argument("email")
+    password.add_argument("--password", required=True)
+    password.set_defaults(run=_user_password)
     token = commands.add_parser("token", help="runtime tokens").add_subparsers(required=True, metavar="ACTION")
     create = token.add_parser("create", help="create a runtime token; printed once, stored hashed")
     create.add_argument("--user", required=True, dest="email")
@@ -137,6 +142,23 @@ def _user_create(settings: Settings, args) -> int:
     if user is None:
         return 1
     print(f"created {user.email}")
+    return 0
+
+
+def _user_password(settings: Settings, args) -> int:
+    from models.accounts import AccountError, change_password, find_user
+
+    def change(email: str, password: str):
+        user = find_user(email)
+        if user is None:
+            raise AccountError(f"no user with email {email}; create one with `vigil user create`")
+        return user, change_password(user, password)
+
+    changed = _account_command(settings, change, args.email, args.password)
+    if changed is None:
+        return 1
+    user, ended = changed
+    print(f"changed the password of {user.email}; {ended} browser session{'' if ended == 1 else 's'} signed out")
     return 0
 
 

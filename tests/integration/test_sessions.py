@@ -11,7 +11,9 @@ from datetime import timedelta
 
 from models.sessions import Lifetime, find_session
 from models.tables import ApiToken, BrowserSession
+from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
 from tests.integration.helpers import db, login, tool
+from tests.processes import vigil
 
 COOKIE = "vigil_session"
 
@@ -147,6 +149,15 @@ def test_sessions_password_change_refused_changes_nothing(client, owner):
     assert signed_in(client)
     client.cookies.clear()
     login(client)  # the old password still signs in
+
+
+def test_sessions_password_set_with_the_cli_ends_every_session(client, owner, tmp_path):
+    login(client)
+    env = {"DATABASE_URL": TEST_DATABASE_URL, "REDIS_URL": TEST_REDIS_URL, "VIGIL_DATA_DIR": str(tmp_path)}
+    said = vigil("user", "password", "owner@example.com", "--password", "a-new-password", env=env)
+    assert "changed the password of owner@example.com; 1 browser session signed out" in said
+    assert not signed_in(client)
+    login(client, password="a-new-password")
 
 
 def test_sessions_unused_for_the_idle_time_end(client, owner, reconfigure):
