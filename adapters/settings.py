@@ -112,6 +112,9 @@ class Settings:
     """Upstream model name of the "default" judge model. Default empty."""
     JUDGE_API_VERSION: str = ""
     """Azure OpenAI api-version for the "default" judge model, if it is an Azure deployment URL. Default empty."""
+    JUDGE_ALLOW_PRIVATE_URLS: bool = False
+    """Let accounts' judge models (Settings → Models) be on loopback or private addresses (a local Ollama or
+    vLLM). Default false."""
     ENCRYPTION_KEYS: str = ""
     """Comma-separated Fernet keys, newest first, for secrets at rest; empty derives one from SECRET_KEY."""
     FILE_SOURCE_ROOTS: str = ""

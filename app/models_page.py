@@ -1,4 +1,4 @@
-"""Settings → Models: the judge model catalog. Keys go in, and never come back out."""
+"""Settings → Models: the signed-in account's own judge models. Keys go in, and never come back out."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from litestar.response import Redirect, Template
 from app.auth import check_csrf, csrf_token, session_user
 from app.pages import Form
 from models import connection
-from models.catalog import CatalogError, delete_entry, entries, save_entry
+from models.catalog import CatalogError, check_base_url, delete_entry, entries, save_entry
 from models.conversations import user_conversations
 from tasks.runtime import current
 
@@ -26,25 +26,31 @@ class ModelsController(Controller):
 
     @post("/", sync_to_thread=True)
     def save(self, request: Request, data: Annotated[dict[str, str], Form]) -> Response:
+        """Save one of the signed-in account's own models; its base URL through the SSRF guard first (DNS, with
+        no database connection held)."""
+        user = session_user(request)
+        if user is None:
+            return Redirect("/login")
+        check_csrf(request, data.get("_csrf"))
+        runtime = current()
+        allow_private = runtime.judge_policy.allow_private
+        try:
+            base_url = check_base_url(data.get("base_url", ""), allow_private)
+            with connection():
+                save_entry(runtime.keyring, user.id, data.get("name", ""), base_url, data.get("model", ""),
+                           data.get("api_key", ""), data.get("api_version", ""), allow_private=allow_private)
+        except CatalogError as exc:
+            return self._render(request, error=str(exc), status_code=400)
+        return Redirect("/settings/models", status_code=303)
+
+    @post("/{name:str}/delete", sync_to_thread=True)
+    def delete(self, request: Request, name: FromPath[str], data: Annotated[dict[str, str], Form]) -> Response:
         user = session_user(request)
         if user is None:
             return Redirect("/login")
         check_csrf(request, data.get("_csrf"))
         with connection():
-            try:
-                save_entry(current().keyring, data.get("name", ""), data.get("base_url", ""),
-                           data.get("model", ""), data.get("api_key", ""), data.get("api_version", ""))
-            except CatalogError as exc:
-                return self._render(request, error=str(exc), status_code=400)
-        return Redirect("/settings/models", status_code=303)
-
-    @post("/{name:str}/delete", sync_to_thread=True)
-    def delete(self, request: Request, name: FromPath[str], data: Annotated[dict[str, str], Form]) -> Response:
-        if session_user(request) is None:
-            return Redirect("/login")
-        check_csrf(request, data.get("_csrf"))
-        with connection():
-            if not delete_entry(name):
+            if not delete_entry(user.id, name):
                 raise NotFoundException("No such model.")
         return Redirect("/settings/models", status_code=303)
 
@@ -53,7 +59,7 @@ class ModelsController(Controller):
         if user is None:
             return Redirect("/login")
         with connection():
-            context = {"user": user, "models": entries(), "conversations": user_conversations(user),
+            context = {"user": user, "models": entries(user.id), "conversations": user_conversations(user),
                        "fallback": current().judge_policy.fallback, "error": error}
         return Template("pages/models.html", context={**context, "csrf": csrf_token(request)},
                         status_code=status_code)

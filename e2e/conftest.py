@@ -89,6 +89,8 @@ def vigil_stack(tmp_path_factory):
     root = tmp_path_factory.mktemp("vigil-e2e")
     env = {"DATABASE_URL": E2E_DATABASE_URL, "REDIS_URL": E2E_REDIS_URL, "SECRET_KEY": "e2e-secret-key",
            "VIGIL_DATA_DIR": str(root / "data"), "FETCH_ALLOW_LOOPBACK": "true",
+           # the judge servers an e2e test saves in Settings → Models are on 127.0.0.1
+           "JUDGE_ALLOW_PRIVATE_URLS": "true",
            "MONITOR_MIN_INTERVAL_SECONDS": "1", "SCHEDULER_TICK_SECONDS": "0.2", "FETCH_TIMEOUT_SECONDS": "5",
            # paired devices: a runner polls every 2 s, is offline 6 s after its last poll (not 25/60/90 s)
            "DEVICE_ONLINE_SECONDS": "4", "DEVICE_OFFLINE_SECONDS": "6", "RUNNER_POLL_SECONDS": "2",

@@ -51,17 +51,17 @@ def _checked(url: str) -> str:
     return url
 
 
-def literal_reason(url: str, allow_loopback: bool) -> str | None:
+def literal_reason(url: str, allow_loopback: bool, allow_private: bool = False) -> str | None:
     """Why a checked url's host may not be contacted, when the host is an address written out (or localhost),
     so a registration can say so at once; None for a host name, whose addresses are checked at connect time."""
     host = (urlsplit(url).hostname or "").rstrip(".")
     if host == "localhost" or host.endswith(".localhost"):
-        return None if allow_loopback else "a loopback address (this machine)"
+        return None if allow_loopback or allow_private else "a loopback address (this machine)"
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:
         return None
-    return forbidden_reason(ip, allow_loopback)
+    return forbidden_reason(ip, allow_loopback, allow_private)
 
 
 def _check_authority(parts) -> None:
@@ -88,19 +88,21 @@ def _check_authority(parts) -> None:
         raise BlockedURL("The url's port is invalid; use a number from 1 to 65535 or leave it out.")
 
 
-def forbidden_reason(ip: IPAddress, allow_loopback: bool) -> str | None:
-    """None when `ip` may be contacted, otherwise a short reason such as "a private address"."""
+def forbidden_reason(ip: IPAddress, allow_loopback: bool, allow_private: bool = False) -> str | None:
+    """None when `ip` may be contacted, otherwise a short reason such as "a private address". `allow_private`
+    (a judge model server on this machine or the local network, JUDGE_ALLOW_PRIVATE_URLS) also lets loopback,
+    private and carrier-grade NAT addresses through; metadata, link-local and the rest stay refused."""
     if ip.version == 4:
-        return _address_reason(ip, allow_loopback)
+        return _address_reason(ip, allow_loopback, allow_private)
     if ip.ipv4_mapped is not None:
-        return _address_reason(ip.ipv4_mapped, allow_loopback)
+        return _address_reason(ip.ipv4_mapped, allow_loopback, allow_private)
     inner = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF) if ip in _NAT64 else ip.sixtofour
     if inner is None:
-        return _address_reason(ip, allow_loopback)
+        return _address_reason(ip, allow_loopback, allow_private)
     inner_reason = _address_reason(inner, allow_loopback=False)
     if inner_reason:
         return f"an IPv6 address embedding {inner}, {inner_reason}"
-    return None if ip in _NAT64 else _address_reason(ip, allow_loopback)
+    return None if ip in _NAT64 else _address_reason(ip, allow_loopback, allow_private)
 
 
 _RULES = (
@@ -118,13 +120,21 @@ _RULES = (
 )
 
 
-def _address_reason(ip: IPAddress, allow_loopback: bool) -> str | None:
-    if ip.is_loopback and allow_loopback:
+#: what allow_private lets through besides loopback: the local network, where a self-hosted model server runs
+#: (RFC 1918, carrier-grade NAT as Tailscale uses it, IPv6 unique local), the metadata addresses in them excepted
+_LOCAL_NETWORKS = tuple(map(ipaddress.ip_network, ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16",
+                                                   "100.64.0.0/10", "fc00::/7")))
+
+
+def _address_reason(ip: IPAddress, allow_loopback: bool, allow_private: bool = False) -> str | None:
+    if ip.is_loopback and (allow_loopback or allow_private):
+        return None
+    if allow_private and ip not in _METADATA and any(ip in network for network in _LOCAL_NETWORKS):
         return None
     return next((reason for test, reason in _RULES if test(ip)), None)
 
 
-def resolve_allowed(host: str, port: int, allow_loopback: bool) -> list[str]:
+def resolve_allowed(host: str, port: int, allow_loopback: bool, allow_private: bool = False) -> list[str]:
     """Resolve `host`; every address must be allowed, else BlockedURL. DNS failure: unreachable."""
     name = host.strip("[]")
     try:
@@ -136,7 +146,7 @@ def resolve_allowed(host: str, port: int, allow_loopback: bool) -> list[str]:
                          unreachable=True) from exc
     addresses = list(dict.fromkeys(info[4][0] for info in infos))
     for address in addresses:
-        reason = forbidden_reason(ipaddress.ip_address(address.split("%")[0]), allow_loopback)
+        reason = forbidden_reason(ipaddress.ip_address(address.split("%")[0]), allow_loopback, allow_private)
         if reason:
             target = f"{name}," if address == name else f"{name}, which resolves to {address},"
             raise BlockedURL(f"The url points to {target} {reason}; "

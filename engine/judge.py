@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 
 import requests
 
+from engine.errors import FetchError
+
 MAX_CONTENT_CHARS = 8000
 HEAD_CHARS, TAIL_CHARS = 5000, 3000
 MAX_SUMMARY_CHARS, MAX_KEY_CHARS = 300, 200
@@ -122,11 +124,12 @@ def is_azure(model: JudgeModel) -> bool:
 
 
 def request_parts(model: JudgeModel) -> tuple[str, dict, dict]:
+    """The url, headers and query of a call; a model without a key (a local server) sends no credential."""
     url = model.base_url.rstrip("/") + "/chat/completions"
     if not is_azure(model):
-        return url, {"Authorization": f"Bearer {model.api_key}"}, {}
+        return url, {"Authorization": f"Bearer {model.api_key}"} if model.api_key else {}, {}
     version = model.api_version or DEFAULT_AZURE_API_VERSION
-    return url, {"api-key": model.api_key}, {"api-version": version}
+    return url, {"api-key": model.api_key} if model.api_key else {}, {"api-version": version}
 
 
 def _post(session: requests.Session, model: JudgeModel, messages: list[dict], timeout: float) -> requests.Response:
@@ -143,6 +146,9 @@ def _post(session: requests.Session, model: JudgeModel, messages: list[dict], ti
         raise JudgeError(f"The judge model at {where} could not be reached.") from None
     except requests.RequestException:
         raise JudgeError(f"The request to the judge model at {where} failed before it was answered.") from None
+    except FetchError as exc:  # the SSRF guard of an account's model (engine/judge_transport.py), or its DNS
+        reason = exc.message[:1].lower() + exc.message[1:]
+        raise JudgeError(f"The judge model at {where} was not called: {reason}") from None
 
 
 # --- the answer -------------------------------------------------------------------------------

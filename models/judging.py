@@ -11,8 +11,9 @@ from adapters.metrics import count_judge_call
 from engine.checks import Verdict
 from engine.crypto import DecryptError, Keyring
 from engine.judge import JudgeError, JudgeModel, judge
+from engine.judge_transport import guarded_session
 from engine.pipeline import CHANGED, FIRED, Outcome
-from models.tables import JudgeModel as CatalogEntry
+from models.catalog import find_entry
 from models.tables import Monitor, TokenUsage
 
 DEFAULT_MODEL = "default"
@@ -21,9 +22,12 @@ DEFAULT_MODEL = "default"
 @dataclass(frozen=True)
 class JudgePolicy:
     keyring: Keyring
-    fallback: JudgeModel | None = None   # the settings' "default" entry when the catalog has none
+    #: the operator's "default" (JUDGE_* settings), for an account whose catalog has none; trusted as configured
+    fallback: JudgeModel | None = None
     failures_limit: int = 3
     token_budget: int = 200_000
+    #: JUDGE_ALLOW_PRIVATE_URLS: an account's model may be on loopback or the local network
+    allow_private: bool = False
 
 
 @dataclass(frozen=True)
@@ -35,14 +39,15 @@ class JudgeStep:
     over_budget: bool = False
 
 
-def resolve_model(name: str, policy: JudgePolicy) -> JudgeModel | None:
-    """The catalog entry named (or "default"), with its key decrypted; None when there is none."""
+def resolve_model(user_id: int, name: str, policy: JudgePolicy) -> JudgeModel | None:
+    """The account's catalog entry named (or "default"), with its key decrypted; for "default" without one, the
+    operator's; None when there is none. Another account's entries are never looked at."""
     name = name or DEFAULT_MODEL
-    entry = CatalogEntry.get_or_none(CatalogEntry.name == name)
+    entry = find_entry(user_id, name)
     if entry is None:
         return policy.fallback if name == DEFAULT_MODEL else None
     try:
-        key = policy.keyring.decrypt(entry.api_key_encrypted)
+        key = policy.keyring.decrypt(entry.api_key_encrypted) if entry.api_key_encrypted else ""
     except DecryptError:
         return None
     return JudgeModel(name=entry.name, base_url=entry.base_url, api_key=key, model=entry.model,
@@ -51,10 +56,13 @@ def resolve_model(name: str, policy: JudgePolicy) -> JudgeModel | None:
 
 def judge_match(monitor: Monitor, outcome: Outcome, session: requests.Session, policy: JudgePolicy,
                 now: datetime) -> JudgeStep:
-    """Ask the judge whether the monitor's condition holds for a match; records the tokens it spent."""
-    model = resolve_model(monitor.judge_model, policy)
+    """Ask the judge whether the monitor's condition holds for a match; records the tokens it spent. `session`
+    calls the operator's default; an account's own model goes through the SSRF-guarded session."""
+    model = resolve_model(monitor.user_id, monitor.judge_model, policy)
     if model is None:
         return JudgeStep(outcome, unchecked=True)
+    if model is not policy.fallback:
+        session = guarded_session(policy.allow_private)
     try:
         verdict = judge(session, model, monitor.description, monitor.condition, outcome.text)
     except JudgeError as exc:

@@ -201,9 +201,12 @@ class HeldWake(BaseModel):
 
 
 class JudgeModel(BaseModel):
-    """A catalog entry: a name that resolves to a provider, its key (encrypted) and the upstream model."""
-    name = peewee.CharField(max_length=100, unique=True)
+    """A catalog entry of one account: a name that resolves to a provider, its key (encrypted) and the upstream
+    model. Names are the account's own (m0024): another account's entry of the same name is another entry."""
+    user = peewee.ForeignKeyField(User, on_delete="CASCADE", index=False)
+    name = peewee.CharField(max_length=100)
     base_url = peewee.CharField(max_length=500)
+    #: "" for a model without a key (a local server)
     api_key_encrypted = peewee.TextField()
     model = peewee.CharField(max_length=200)
     api_version = peewee.CharField(max_length=40, default="")
@@ -212,6 +215,7 @@ class JudgeModel(BaseModel):
 
     class Meta:
         table_name = "judge_models"
+        indexes = ((("user", "name"), True),)
 
 
 class TokenUsage(BaseModel):

@@ -160,7 +160,7 @@ def validate_create(user: User, conversation: Conversation, arguments: object, c
         if not dry_run:
             raise
         limit = str(exc)
-    notes += _judge_notes(spec.condition, spec.judge_model, ctx.judge)
+    notes += _judge_notes(user, spec.condition, spec.judge_model, ctx.judge)
     return spec, notes, dry_run, limit
 
 
@@ -382,15 +382,17 @@ def no_document_yet(source) -> str:
             "/api/documents write.")
 
 
-def _judge_notes(condition: str, model_name: str, policy: JudgePolicy) -> list[str]:
+def _judge_notes(user: User, condition: str, model_name: str, policy: JudgePolicy) -> list[str]:
+    """judge_model names a model in the account's own Settings → Models; another account's is as unknown."""
     if model_name and not condition:
         raise ToolError("judge_model only applies with a condition; add the condition or leave judge_model out.")
     if not condition:
         return []
-    if resolve_model(model_name, policy) is not None:
+    if resolve_model(user.id, model_name, policy) is not None:
         return []
     if model_name and model_name != DEFAULT_MODEL:
-        raise ToolError(f"There is no judge model named {model_name!r}; leave judge_model out to use the default.")
+        raise ToolError(f"There is no judge model named {model_name!r} in this account's Settings → Models; "
+                        "leave judge_model out to use the default.")
     return ["No judge model is configured, so matches will wake you marked as not checked against the "
             "condition; decide yourself whether it holds."]
 

@@ -10,6 +10,7 @@ import requests
 from engine.crypto import Keyring
 from engine.http import FetchPolicy, Fetcher
 from engine.judge import JudgeModel
+from engine.judge_transport import plain_session
 from engine.shared_fetch import SharedFetches, Window
 from engine.sources import SourceIO, SourcePolicy
 from models.coalesce import coalesce_by_default
@@ -41,7 +42,8 @@ class Runtime:
                                  offline_seconds=settings.DEVICE_OFFLINE_SECONDS)
         self.judge_policy = JudgePolicy(keyring=self.keyring, fallback=default_judge(settings),
                                         failures_limit=settings.SCHEDULE_AUTOPAUSE_FAILURES,
-                                        token_budget=settings.MONITOR_JUDGE_TOKEN_BUDGET)
+                                        token_budget=settings.MONITOR_JUDGE_TOKEN_BUDGET,
+                                        allow_private=settings.JUDGE_ALLOW_PRIVATE_URLS)
         #: this process's shared fetches (engine/shared_fetch.py): its threads share them, other worker processes
         #: have their own, so N processes make at most N GETs per distinct request per interval window
         self.shared_fetches = SharedFetches(settings.FETCH_SHARED_CACHE_BYTES, settings.FETCH_TIMEOUT_SECONDS)
@@ -69,12 +71,11 @@ class Runtime:
         return SourceIO(fetcher, self.source_policy)
 
     def judge_session(self) -> requests.Session:
-        """This thread's session to judge providers (set by an administrator, so not SSRF-guarded)."""
+        """This thread's session to the operator's judge model (the JUDGE_* settings, trusted as configured, so
+        not SSRF-guarded); an account's own models are called through engine/judge_transport's guarded one."""
         session = getattr(self._local, "judge_session", None)
         if session is None:
-            session = self._local.judge_session = requests.Session()
-            session.trust_env = False
-            session.headers["User-Agent"] = "Vigil/0.1 (+judge)"
+            session = self._local.judge_session = plain_session()
         return session
 
 
@@ -101,7 +102,8 @@ def fetch_policy(settings: Settings) -> FetchPolicy:
 
 
 def default_judge(settings: Settings) -> JudgeModel | None:
-    """The catalog entry "default" as the JUDGE_* settings define it, if they do."""
+    """The instance's "default" judge model as the operator's JUDGE_* settings define it, if they do: what an
+    account's monitors use when the account has no "default" of its own. No account can see its URL or change it."""
     if not (settings.JUDGE_BASE_URL and settings.JUDGE_MODEL):
         return None
     return JudgeModel(name=DEFAULT_MODEL, base_url=settings.JUDGE_BASE_URL, api_key=settings.JUDGE_API_KEY,

@@ -158,10 +158,10 @@ def test_catalog_model_key_is_stored_encrypted_and_used(client, owner, pages, ru
                                                          judge_server):
     import tasks.runtime as runtime
 
-    settings = reconfigure()
+    settings = reconfigure(JUDGE_ALLOW_PRIVATE_URLS=True)  # the judge server is on 127.0.0.1
     with db():
-        save_entry(runtime.current().keyring, "azure-judge", judge_server.azure_base_url, "gpt-4o",
-                   api_key="azure-secret-123", api_version="2024-06-01")
+        save_entry(runtime.current().keyring, owner[0].id, "azure-judge", judge_server.azure_base_url, "gpt-4o",
+                   api_key="azure-secret-123", api_version="2024-06-01", allow_private=True)
         assert "azure-secret-123" not in JudgeModel.get().api_key_encrypted
     url = pages.set("/notes", "<li>1.0</li>")
     result = create(client, owner[1], url, condition=CONDITION, judge_model="azure-judge")

@@ -170,3 +170,20 @@ def test_key_in_a_url_never_reaches_a_message(session):
         url = gone.base_url
     model = JudgeModel("default", url.replace("http://", f"http://user:{API_KEY}@"), API_KEY, "m")
     failure(session, model, timeout=2)
+
+
+def test_a_model_without_a_key_is_sent_no_credential(server, session):
+    ask(session, JudgeModel("local", server.base_url, "", "llama3"))
+    ask(session, JudgeModel("local-azure", server.azure_base_url, "", "ignored", api_version="2024-10-21"))
+    assert [("authorization" in r.headers, "api-key" in r.headers) for r in server.requests] == [(False, False)] * 2
+
+
+def test_the_guarded_session_refuses_this_machine_unless_private_addresses_are_allowed(server, model):
+    """An account's model (engine/judge_transport.py): the address is checked when it connects."""
+    from engine.judge_transport import guarded_session
+
+    error = failure(guarded_session(allow_private=False), model)
+    assert "was not called" in error.message and "a loopback address" in error.message
+    assert server.requests == []
+    assert ask(guarded_session(allow_private=True), model).match is True
+    assert server.requests[-1].headers["authorization"] == f"Bearer {API_KEY}"

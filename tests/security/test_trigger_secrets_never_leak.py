@@ -46,6 +46,7 @@ def serve(tmp_path, judge):
            "ENCRYPTION_KEYS": "", "FETCH_ALLOW_LOOPBACK": "true", "LOG_LEVEL": "DEBUG",
            "API_URL": "", "JUDGE_BASE_URL": judge.base_url,
            "JUDGE_API_KEY": JUDGE_KEY, "JUDGE_MODEL": "m", "JUDGE_API_VERSION": "",
+           "JUDGE_ALLOW_PRIVATE_URLS": "true",  # CATALOG_KEY's model, saved in Settings → Models, is on 127.0.0.1
            "DELIVERY_SWEEP_SECONDS": "1", "SCHEDULER_TICK_SECONDS": "0.2", "PYTHONUNBUFFERED": "1"}
     log = tmp_path / "serve.log"
     served = serve_vigil([VIGIL, "serve"], lambda port: {**env, "PUBLIC_API_BASE_URL": f"http://127.0.0.1:{port}"},

@@ -132,3 +132,18 @@ def test_a_url_is_checked_the_same_whether_or_not_it_was_checked_before():
     assert check_url(long_path) == long_path
     with pytest.raises(BlockedURL, match="spaces"):
         check_url(long_path + " b")
+
+
+#: what JUDGE_ALLOW_PRIVATE_URLS lets through for an account's judge model: this machine and the local network
+LOCAL_NETWORK = ["127.0.0.1", "::1", "::ffff:127.0.0.1", "10.0.0.1", "172.16.0.1", "192.168.1.1", "100.64.0.1",
+                 "fc00::1"]
+
+
+@pytest.mark.parametrize("address", LOCAL_NETWORK)
+def test_forbidden_reason_allow_private_allows_the_local_network(address):
+    assert forbidden_reason(ip(address), allow_loopback=False, allow_private=True) is None
+
+
+@pytest.mark.parametrize("address", [a for a in FORBIDDEN if a not in LOCAL_NETWORK])
+def test_forbidden_reason_allow_private_still_refuses_metadata_and_the_rest(address):
+    assert forbidden_reason(ip(address), allow_loopback=False, allow_private=True)

@@ -1,0 +1,90 @@
+"""The sessions the judge calls a model through.
+
+An account's model (Settings → Models) is called through a session whose every connection is opened only to an
+address the SSRF guard (engine/addresses.py) approves, checked when it connects: a base URL whose name resolves
+somewhere else later (DNS rebinding) is refused at the call, not only when it was saved. The operator's own
+JUDGE_* default is trusted as configured and goes through a plain session.
+"""
+
+from __future__ import annotations
+
+import functools
+import socket
+import threading
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
+from urllib3.util.connection import create_connection
+
+from engine.addresses import resolve_allowed
+
+USER_AGENT = "Vigil/0.1 (+judge)"
+
+_local = threading.local()
+
+
+def plain_session() -> requests.Session:
+    """A session for the operator's model: no proxy from the environment, no guard."""
+    session = requests.Session()
+    session.trust_env = False
+    session.headers["User-Agent"] = USER_AGENT
+    return session
+
+
+def guarded_session(allow_private: bool) -> requests.Session:
+    """This thread's session for accounts' models; `allow_private` (JUDGE_ALLOW_PRIVATE_URLS) lets a model
+    server on loopback or the local network through. Its connections are kept alive between calls."""
+    sessions = getattr(_local, "sessions", None)
+    if sessions is None:
+        sessions = _local.sessions = {}
+    if allow_private not in sessions:
+        session = sessions[allow_private] = plain_session()
+        adapter = GuardedAdapter(allow_private)
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+    return sessions[allow_private]
+
+
+class GuardedAdapter(HTTPAdapter):
+    """requests' adapter whose pools open guarded connections."""
+
+    def __init__(self, allow_private: bool) -> None:
+        self.allow_private = allow_private
+        super().__init__()
+
+    def init_poolmanager(self, *args, **kwargs) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = _pools(self.allow_private)
+
+
+class _GuardedConnect:
+    """Resolves the host, refuses it (BlockedURL) unless every address is allowed, then connects by address;
+    TLS still verifies the certificate for the host name."""
+    allow_private = False
+
+    def _new_conn(self) -> socket.socket:
+        addresses = resolve_allowed(self._dns_host, self.port, allow_loopback=False,
+                                    allow_private=self.allow_private)
+        error: OSError | None = None
+        for address in addresses:
+            try:
+                return create_connection((address, self.port), self.timeout, source_address=self.source_address,
+                                         socket_options=self.socket_options)
+            except socket.timeout as exc:
+                raise ConnectTimeoutError(self, f"Connection to {self.host} timed out.") from exc
+            except OSError as exc:
+                error = exc
+        raise NewConnectionError(self, f"Failed to establish a new connection: {error}")
+
+
+@functools.cache
+def _pools(allow_private: bool) -> dict[str, type]:
+    """The pool classes, per scheme, whose connections are guarded with `allow_private`."""
+    guard = {"allow_private": allow_private}
+    http = type("GuardedHTTPConnection", (_GuardedConnect, HTTPConnection), guard)
+    https = type("GuardedHTTPSConnection", (_GuardedConnect, HTTPSConnection), guard)
+    return {"http": type("GuardedHTTPPool", (HTTPConnectionPool,), {"ConnectionCls": http}),
+            "https": type("GuardedHTTPSPool", (HTTPSConnectionPool,), {"ConnectionCls": https})}
