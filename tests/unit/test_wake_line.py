@@ -95,7 +95,8 @@ def test_wake_line_of_a_watched_source_never_passes_for_a_decision():
 
 
 @pytest.mark.parametrize("text, seconds", [("90s", 90), ("30m", 1800), ("2h", 7200), ("45", 45), ("1.5m", 90),
-                                           ("0.5s", 0.5), ("168h", 7 * 86400)])
+                                           ("0.5s", 0.5), ("168h", 7 * 86400), ("4m45s", 285),
+                                           ("1h30m", 5400), ("2m0.5s", 120.5)])
 def test_parse_duration_reads_seconds_minutes_and_hours(text, seconds):
     assert parse_duration(text) == seconds
 
