@@ -5,8 +5,8 @@ era the SDK's way), does its one job and closes it, inside `anyio.run`, so it su
 that have no running event loop. It must not be called from a thread that is running one.
 
 Every connection the SDK's httpx2 client opens goes through engine/http.py's SSRF rules at connect time:
-the host is resolved and every address checked by `resolve_allowed`, then connected to by address (TLS
-still verifies the URL's host name). Env proxies are ignored, redirects are followed only within the
+the host is resolved and every address checked by `resolve_guarded` (never Vigil itself), then connected to by
+address (TLS still verifies the URL's host name). Env proxies are ignored, redirects are followed only within the
 endpoint's origin (the SDK's rule), and one call reads at most MAX_RESPONSE_BYTES. The bearer token is sent
 as a header only: it is never logged and is scrubbed from every error message, even one a hostile server
 echoes back.
@@ -34,7 +34,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from engine.addresses import check_url, resolve_allowed
+from engine.addresses import Own, check_url, resolve_guarded
 from engine.errors import BlockedURL, FetchError
 
 log = logging.getLogger(__name__)
@@ -86,16 +86,16 @@ class McpError(Exception):
 
 
 def list_tools(url: str, bearer_token: str | None, timeout: float = 10.0, *,
-               allow_loopback: bool = False) -> list[McpTool]:
-    """Every tool the server lists, following pagination cursors."""
-    return _run(url, bearer_token, timeout, allow_loopback, _list_all, "list its tools")
+               allow_loopback: bool = False, own: Own | None = None) -> list[McpTool]:
+    """Every tool the server lists, following pagination cursors. `own` is Vigil itself, never connected to."""
+    return _run(url, bearer_token, timeout, (allow_loopback, own), _list_all, "list its tools")
 
 
 def call_tool(url: str, bearer_token: str | None, name: str, arguments: dict, timeout: float = 25.0, *,
-              allow_loopback: bool = False) -> McpResult:
+              allow_loopback: bool = False, own: Own | None = None) -> McpResult:
     """One tools/call; a tool that failed is a result with is_error, not an McpError."""
     action = functools.partial(_call, name=name, arguments=arguments)
-    return _run(url, bearer_token, timeout, allow_loopback, action, f"run '{name}'")
+    return _run(url, bearer_token, timeout, (allow_loopback, own), action, f"run '{name}'")
 
 
 async def _list_all(client: Client) -> list[McpTool]:
@@ -146,7 +146,7 @@ class _TooLarge(Exception):
     """The server sent more than MAX_RESPONSE_BYTES."""
 
 
-def _run(url: str, token: str | None, timeout: float, allow_loopback: bool,
+def _run(url: str, token: str | None, timeout: float, guard: tuple[bool, Own | None],
          action: Callable[[Client], Awaitable[_T]], asked: str) -> _T:
     """Run `action` on a connected client; `asked` completes "the server was asked to …" in errors."""
     try:
@@ -157,7 +157,7 @@ def _run(url: str, token: str | None, timeout: float, allow_loopback: bool,
     try:
         # in a context of its own: a web handler's worker thread inherits the request's context variables, in
         # which sniffio reads "asyncio is running here" although this thread runs no loop
-        return contextvars.Context().run(anyio.run, _exchange, url, token, timeout, allow_loopback, action, trace)
+        return contextvars.Context().run(anyio.run, _exchange, url, token, timeout, guard, action, trace)
     except Exception as exc:  # the SDK's task groups hand errors back wrapped in ExceptionGroups
         error = _translate(exc, url, token, timeout, trace, asked)
         if error is None:  # not a failure of the server or the network: a bug, so it surfaces as itself
@@ -167,7 +167,7 @@ def _run(url: str, token: str | None, timeout: float, allow_loopback: bool,
         raise error from exc
 
 
-async def _exchange(url: str, token: str | None, timeout: float, allow_loopback: bool,
+async def _exchange(url: str, token: str | None, timeout: float, guard: tuple[bool, Own | None],
                     action: Callable[[Client], Awaitable[_T]], trace: _Trace) -> _T:
     async def record(response: httpx2.Response) -> None:
         trace.status = response.status_code
@@ -175,7 +175,7 @@ async def _exchange(url: str, token: str | None, timeout: float, allow_loopback:
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     with anyio.fail_after(timeout):
-        async with httpx2.AsyncClient(transport=_GuardedTransport(allow_loopback), headers=headers,
+        async with httpx2.AsyncClient(transport=_GuardedTransport(*guard), headers=headers,
                                       timeout=httpx2.Timeout(timeout), trust_env=False,
                                       event_hooks={"response": [record]}) as http:
             transport = streamable_http_client(url, http_client=http)
@@ -315,25 +315,26 @@ class _GuardedTransport(httpx2.AsyncHTTPTransport):
     fails if a later httpx2 stops using `_pool`.
     """
 
-    def __init__(self, allow_loopback: bool) -> None:
+    def __init__(self, allow_loopback: bool, own: Own | None = None) -> None:
         super().__init__(trust_env=False)
         self._pool = httpcore2.AsyncConnectionPool(ssl_context=_tls_context(), max_connections=4,
-                                                   network_backend=_GuardedBackend(allow_loopback))
+                                                   network_backend=_GuardedBackend(allow_loopback, own))
 
 
 class _GuardedBackend(httpcore2.AsyncNetworkBackend):
-    """Resolves the host and checks every address (engine.http.resolve_allowed), then connects by address."""
+    """Resolves the host and checks every address (engine.addresses.resolve_guarded: never Vigil itself), then
+    connects by address."""
 
-    def __init__(self, allow_loopback: bool) -> None:
-        self._allow_loopback = allow_loopback
+    def __init__(self, allow_loopback: bool, own: Own | None = None) -> None:
+        self._allow_loopback, self._own = allow_loopback, own
         self._inner = httpcore2.AnyIOBackend()
         self._budget = [MAX_RESPONSE_BYTES]  # shared by every connection of this exchange
 
     async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
                           local_address: str | None = None,
                           socket_options: Iterable[Any] | None = None) -> httpcore2.AsyncNetworkStream:
-        addresses = await anyio.to_thread.run_sync(resolve_allowed, host, port, self._allow_loopback,
-                                                   abandon_on_cancel=True)
+        addresses = await anyio.to_thread.run_sync(resolve_guarded, host, port, self._allow_loopback,
+                                                   self._own, abandon_on_cancel=True)
         error: Exception = httpcore2.ConnectError(f"no address for {host}")
         for address in addresses:
             try:

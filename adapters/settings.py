@@ -127,6 +127,10 @@ class Settings:
     """Where the web UI runs when it is not this server (e.g. http://localhost:5173); approval links use it."""
     SERVE_UI: bool = True
     """This server serves the pages (approval pages included), so approval links use its own address. Default true."""
+    WEB_LISTEN_ADDRESSES: str = ""
+    """Comma-separated host:port pairs the web tier listens on ([::]:8000 for IPv6), which Vigil's own requests refuse
+    as Vigil itself (0.0.0.0 or [::]: every address of this machine on that port); `vigil serve` and `vigil web` add
+    their --host/--port. Set it for workers on the web's machine. Default empty."""
     TRIGGER_MAX_PAYLOAD_BYTES: int = 256 * 1024
     """Largest body a trigger link accepts; more is answered 413. Default 262144 (256 KiB)."""
     TRIGGER_RATE_PER_MINUTE: int = 60
@@ -234,6 +238,7 @@ class Settings:
             raise SettingsError("MONITOR_MIN_INTERVAL_SECONDS must be at least 1")
         if not 1 <= self.TOOL_MIN_INTERVAL_SECONDS <= 86400:
             raise SettingsError("TOOL_MIN_INTERVAL_SECONDS must be from 1 to 86400 (a day, the longest tool interval)")
+        self.listen_addresses  # noqa: B018 - a bad WEB_LISTEN_ADDRESSES fails here, at start-up
         for name in ("MONITOR_EVENTS_KEPT", "CREATE_CONCURRENCY", "CREATE_CONCURRENCY_PER_ACCOUNT", "API_RATE_PER_MINUTE",
                      "API_MAX_BODY_BYTES", "WEB_THREADS", "WEB_PUBLIC_THREADS", "DATABASE_MAX_CONNECTIONS"):
             if getattr(self, name) < 1:
@@ -256,6 +261,23 @@ class Settings:
     @property
     def file_roots(self) -> tuple[str, ...]:
         return tuple(os.path.realpath(root.strip()) for root in self.FILE_SOURCE_ROOTS.split(",") if root.strip())
+
+    @property
+    def listen_addresses(self) -> tuple[tuple[str, int], ...]:
+        """WEB_LISTEN_ADDRESSES as (host, port) pairs, an IPv6 host without its brackets."""
+        pairs = []
+        for item in filter(None, (part.strip() for part in self.WEB_LISTEN_ADDRESSES.split(","))):
+            host, _, port = item.rpartition(":")
+            if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+                raise SettingsError(f"WEB_LISTEN_ADDRESSES must list host:port pairs such as 0.0.0.0:8000 or "
+                                    f"[::]:8000, not {item!r}")
+            pairs.append((host.strip("[]"), int(port)))
+        return tuple(pairs)
+
+    def listening_on(self, host: str, port: int) -> "Settings":
+        """These settings with `host`:`port` added to WEB_LISTEN_ADDRESSES (what `vigil serve`/`vigil web` bind)."""
+        pair = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return replace(self, WEB_LISTEN_ADDRESSES=",".join(filter(None, (self.WEB_LISTEN_ADDRESSES, pair))))
 
     @property
     def embedded(self) -> bool:

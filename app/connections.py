@@ -21,7 +21,7 @@ from models.connections import (
 from models.conversations import user_conversations
 from tasks.events import publish_monitor
 from tasks.mcp import forget
-from tasks.runtime import current
+from tasks.runtime import current, own_endpoints
 
 
 class ConnectionsController(Controller):
@@ -79,7 +79,7 @@ def _add(user, name, url, token):
     settings = current().settings
     try:
         tools = list_tools(url, token, timeout=settings.CREATE_FETCH_TIMEOUT_SECONDS,
-                           allow_loopback=settings.FETCH_ALLOW_LOOPBACK)
+                           allow_loopback=settings.FETCH_ALLOW_LOOPBACK, own=own_endpoints(settings))
     except McpError as exc:
         raise ToolRefused(f"The MCP server at {url} could not be added: {exc.message}") from None
     with connection():

@@ -31,7 +31,7 @@ from models.connections import credentials, duplicated_names, end_duplicated_wat
 from models.tables import ACTIVE, Conversation, User
 from tasks.checks import queue_claims
 from tasks.events import publish_monitor
-from tasks.runtime import current
+from tasks.runtime import current, own_endpoints
 
 ACTIONS = ("monitor_create", "monitor_list", "monitor_cancel", *WATCH_ACTIONS)
 #: GET /api/tool/schema?format=: the one schema, as each vendor's tool list takes it
@@ -100,7 +100,8 @@ async def _list_connection(caller: Caller, name: str) -> tuple[tuple | None, str
     deadline = settings.CREATE_FETCH_TIMEOUT_SECONDS
     try:
         tools = await gate.run(user_id, lambda: list_tools(url, token, timeout=deadline,
-                                                           allow_loopback=settings.FETCH_ALLOW_LOOPBACK), deadline + 1)
+                                                           allow_loopback=settings.FETCH_ALLOW_LOOPBACK,
+                                                           own=own_endpoints(settings)), deadline + 1)
     except Busy as exc:
         return None, str(exc)
     except asyncio.TimeoutError:

@@ -7,6 +7,8 @@ import functools
 import ipaddress
 import re
 import socket
+import time
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from engine.errors import BlockedURL, FetchError
@@ -152,3 +154,127 @@ def resolve_allowed(host: str, port: int, allow_loopback: bool, allow_private: b
             raise BlockedURL(f"The url points to {target} {reason}; "
                              "only public internet addresses may be fetched.")
     return addresses
+
+
+@dataclass(frozen=True)
+class Own:
+    """Vigil itself, which none of its outbound requests may reach (DESIGN.md, "Who may do what"): the (host, port)
+    of each public origin (PUBLIC_API_BASE_URL, PUBLIC_APP_URL, API_URL) and of each address the web tier listens
+    on, where 0.0.0.0 or :: stands for every address of this machine. FETCH_ALLOW_LOOPBACK does not lift it."""
+    origins: frozenset = frozenset()
+    listening: frozenset = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.origins or self.listening)
+
+    @classmethod
+    def of(cls, urls, listening=()) -> Own:
+        """From Vigil's public urls (empty or unparsable ones skipped) and the (host, port) pairs it listens on."""
+        origins = set()
+        for url in urls:
+            try:
+                parts = urlsplit(url.strip())
+                port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+            except ValueError:
+                continue
+            if parts.hostname:
+                origins.add((_plain(parts.hostname), port))
+        return cls(frozenset(origins), frozenset((_plain(host), int(port)) for host, port in listening))
+
+
+#: what a request to Vigil itself is told, after where it pointed
+ITSELF = "which is Vigil itself; a monitor can't watch or call Vigil's own API."
+_ANY_ADDRESS = frozenset({"0.0.0.0", "::", ""})
+#: how long the addresses of an origin's name, and whether an address is this machine's, are remembered
+_REMEMBER_SECONDS = 60
+
+
+def resolve_guarded(host: str, port: int, allow_loopback: bool, own: Own | None = None) -> list[str]:
+    """resolve_allowed, and then none of the addresses may be Vigil's own (`own`) on that port, else BlockedURL.
+    Decided by the resolved address and port, whatever name or headers the request carries."""
+    name = host.strip("[]")
+    if own and (_plain(name), port) in own.origins:
+        raise BlockedURL(f"The url points to {name}:{port}, {ITSELF}")
+    addresses = resolve_allowed(host, port, allow_loopback)
+    for address in addresses if own else ():
+        if _is_own(_ip(address), port, own):
+            target = f"{name}:{port}" if address == name else f"{name}:{port}, which resolves to {address},"
+            raise BlockedURL(f"The url points to {target} {ITSELF}")
+    return addresses
+
+
+def own_literal_reason(url: str, own: Own | None) -> str | None:
+    """Why a checked url is Vigil itself, decided without DNS (for a registration to say so at once): its host
+    and port are an origin's, or it writes out an address (or localhost) that is one of Vigil's own; else None."""
+    if not own:
+        return None
+    parts = urlsplit(url)
+    host, port = _plain(parts.hostname or ""), parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    if (host, port) in own.origins:
+        return f"{host}:{port}, {ITSELF}"
+    if host == "localhost" or host.endswith(".localhost"):
+        candidates = ("127.0.0.1", "::1")
+    else:
+        candidates = (host,)
+    for candidate in candidates:
+        try:
+            ip = _ip(candidate)
+        except ValueError:
+            return None
+        if _is_own(ip, port, own, resolve=False):
+            return f"{host}:{port}, {ITSELF}"
+    return None
+
+
+def _plain(host: str) -> str:
+    return host.strip("[]").rstrip(".").lower()
+
+
+def _ip(address: str) -> IPAddress:
+    ip = ipaddress.ip_address(address.split("%")[0])
+    return ip.ipv4_mapped if ip.version == 6 and ip.ipv4_mapped is not None else ip
+
+
+def _is_own(ip: IPAddress, port: int, own: Own, resolve: bool = True) -> bool:
+    bucket = int(time.monotonic() // _REMEMBER_SECONDS)
+    for host, own_port in (*own.listening, *own.origins):
+        if own_port != port:
+            continue
+        if host in _ANY_ADDRESS:
+            if _is_local(ip, bucket):
+                return True
+        elif ip in _addresses_of(host, bucket, resolve):
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=256)
+def _addresses_of(host: str, bucket: int, resolve: bool = True) -> frozenset:
+    """The addresses a name of Vigil's own resolves to (remembered for a minute); none when it doesn't resolve."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return frozenset(map(ipaddress.ip_address, ("127.0.0.1", "::1")))
+    try:
+        return frozenset({_ip(host)})
+    except ValueError:
+        if not resolve:
+            return frozenset()
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return frozenset()
+    return frozenset(_ip(info[4][0]) for info in infos)
+
+
+@functools.lru_cache(maxsize=1024)
+def _is_local(ip: IPAddress, bucket: int) -> bool:
+    """Whether `ip` is an address of this machine (what a server listening on 0.0.0.0 or :: answers on): loopback,
+    or an address a socket can be bound to here."""
+    if ip.is_loopback or ip.is_unspecified:
+        return True
+    family = socket.AF_INET6 if ip.version == 6 else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((str(ip), 0))
+    except OSError:
+        return False
+    return True

@@ -18,7 +18,7 @@ from urllib.parse import quote, urljoin, urlsplit, urlunparse
 
 from urllib3.util import parse_url
 
-from engine.addresses import check_url
+from engine.addresses import Own, check_url
 from engine.errors import BlockedURL, FetchError
 from engine.wire import (
     CHUNK, BadRequest, ConnectFailed, Connection, Deadline, Inflater, Origin, Pool, Sent, Target, request_head,
@@ -41,6 +41,8 @@ class FetchPolicy:
     max_bytes: int = 1024 * 1024
     allow_loopback: bool = False
     max_redirects: int = 5
+    #: Vigil's own origins and listening addresses: refused at connect, FETCH_ALLOW_LOOPBACK or not
+    own: Own | None = None
 
 
 @dataclass(frozen=True)
@@ -180,7 +182,7 @@ class Fetcher:
         if deadline.left() <= 0:
             raise _timed_out(url, deadline)
         try:
-            target = _target(url, self.policy.allow_loopback)
+            target = _target(url, self.policy.allow_loopback, self.policy.own)
             head = request_head(method, target, headers, body)  # a header that cannot be sent touches no connection
         except ValueError as exc:
             raise _translate(exc, url, deadline) from exc
@@ -242,11 +244,11 @@ def _prepare(url: str) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def _target(url: str, allow_loopback: bool) -> Target:
+def _target(url: str, allow_loopback: bool, own: Own | None = None) -> Target:
     prepared = _prepare(url)
     parts = parse_url(prepared)
     tls = parts.scheme == "https"
-    origin = Origin(tls, parts.host, parts.port or (443 if tls else 80), allow_loopback)
+    origin = Origin(tls, parts.host, parts.port or (443 if tls else 80), allow_loopback, own)
     return Target(prepared, origin, parts.request_uri)
 
 

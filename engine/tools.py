@@ -163,6 +163,13 @@ def is_read_only(tool: ToolDef) -> bool:
     return all(step.method in READ_METHODS or step.read_only for step in tool.steps)
 
 
+def vouched_writes(tool: ToolDef) -> list[int]:
+    """The steps whose method may change something (POST, PUT, PATCH, DELETE) that only the runtime's read_only mark
+    calls readers. A runtime token can't lift an approval, so a watch of such a tool waits for the owner's (as a
+    device command does), however the tool is marked."""
+    return [i for i, step in enumerate(tool.steps) if step.method not in READ_METHODS and step.read_only]
+
+
 def fingerprint(tool: ToolDef) -> str:
     """The tool's executable surface: name, parameters, steps and output expression. Header values (secrets) are
     left out, so rotating a credential is not an edit; the description is cosmetic."""
@@ -418,7 +425,7 @@ def tool_to_record(tool: ToolDef) -> tuple[dict, list[dict]]:
 
 __all__ = ["MAX_STEPS", "RUN_SECONDS", "Step", "ToolDef", "check_arguments", "check_name", "fingerprint",
            "is_read_only", "output_data", "output_text", "parse_tool", "poll_tool", "run_tool", "tool_from_record",
-           "tool_to_record"]
+           "tool_to_record", "vouched_writes"]
 
 
 # --- MCP tools (a connection's server lists them; Vigil calls them with the official client) -----------------

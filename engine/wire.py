@@ -24,7 +24,7 @@ from socket import create_connection
 
 import certifi
 
-from engine.addresses import resolve_allowed
+from engine.addresses import Own, resolve_guarded
 
 #: bytes read (and sent, for a body) at a time
 CHUNK = 65536
@@ -125,7 +125,7 @@ class ConnectFailed(OSError):
 
 
 class Connection:
-    """One keep-alive connection to one origin, opened only to an address resolve_allowed approved, by
+    """One keep-alive connection to one origin, opened only to an address resolve_guarded approved, by
     address, without resolving again (what the guard checked is what is contacted); TLS verifies the host
     name the url gave. It writes each request's head itself and reads the answer with http.client."""
 
@@ -138,7 +138,7 @@ class Connection:
     def connect(self, deadline: Deadline) -> None:
         error: OSError = OSError("no address to connect to")
         host, port = self.origin.name, self.origin.port
-        for address in resolve_allowed(host, port, self.origin.allow_loopback):
+        for address in resolve_guarded(host, port, self.origin.allow_loopback, self.origin.own):
             try:
                 sock = create_connection((address, port), max(deadline.left(), 0.001))
                 break
@@ -279,6 +279,8 @@ class Origin:
     host: str
     port: int
     allow_loopback: bool
+    #: Vigil itself, which the guard refuses whatever the other rules allow
+    own: Own | None = None
 
     @property
     def name(self) -> str:

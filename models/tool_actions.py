@@ -20,7 +20,7 @@ from engine.schedule import next_check_at
 from engine.shared_fetch import fetch_key
 from engine.sources import DOCUMENT_SOURCES, SourceIO
 from engine.spec import Limits, MonitorSpec, SpecError, channel_refusal, dry_run_of, parse_create
-from engine.tools import ToolDef
+from engine.tools import ToolDef, vouched_writes
 from models.db import iso, utcnow
 from models.judging import DEFAULT_MODEL, JudgePolicy, resolve_model
 from models.approvals import create_request
@@ -321,7 +321,7 @@ def resolved_tool(user: User, conversation: Conversation, spec, ctx: CreateConte
         if spec.source.connection:
             return _resolve_connection(user, spec, ctx)
         spec, tool = resolve_watch(user, conversation, spec)
-        return spec, tool.requires_approval
+        return spec, tool.requires_approval or bool(vouched_writes(tool))
     except ToolRefused as exc:
         raise ToolError(str(exc)) from None
 
@@ -334,7 +334,8 @@ def refuse_past_tool_limit(user: User, ctx: CreateContext) -> None:
 
 def needs_approval_words(source) -> str:
     why = ("doesn't say it only reads (readOnlyHint)" if source.connection
-           else "asks its owner to approve each watch of it")
+           else "needs its owner's approval for each watch of it (it asks for it, or a step other than GET or HEAD "
+           "is only marked read_only)")
     return f"The tool {source.tool!r} {why}"
 
 

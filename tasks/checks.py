@@ -43,7 +43,7 @@ from models.results import (
 from tasks import mcp
 from tasks.broker import UNAVAILABLE
 from tasks.events import publish_monitor, publish_quiet, publish_work
-from tasks.runtime import Runtime, current
+from tasks.runtime import Runtime, current, own_endpoints
 
 log = logging.getLogger(__name__)
 #: the document snapshot a wake quotes, in characters (its metadata keeps the document whole, up to this much JSON)
@@ -305,7 +305,9 @@ def _run_connection_tool(runtime: Runtime, monitor: Claimed, prior: Prior, now):
         return _ended(monitor, f"The MCP connection {source['connection']!r} was removed, so the watch stopped.", now)
     url, token = credentials(row, runtime.keyring)
     try:
-        tools = mcp.listing(row.id, url, token, max(monitor.interval_seconds, 60), settings.FETCH_ALLOW_LOOPBACK)
+        own = own_endpoints(settings)
+        tools = mcp.listing(row.id, url, token, max(monitor.interval_seconds, 60), settings.FETCH_ALLOW_LOOPBACK,
+                            own=own)
         for ended, woke in end_duplicated_watches(monitor.user_id, source["connection"], tools, now):
             publish_monitor(ended, woke)  # every watch of a name listed twice, not only this one
         try:
@@ -317,7 +319,7 @@ def _run_connection_tool(runtime: Runtime, monitor: Claimed, prior: Prior, now):
             return _ended(monitor, f"The MCP tool {tool.name!r} changed since it was armed (its inputSchema or "
                           "annotations), so the watch stopped rather than run a version you did not arm.", now)
         result = mcp.call_tool(url, token, tool.name, source.get("arguments") or {}, timeout=RUN_SECONDS,
-                               allow_loopback=settings.FETCH_ALLOW_LOOPBACK)
+                               allow_loopback=settings.FETCH_ALLOW_LOOPBACK, own=own)
     except McpError as exc:
         return Outcome(ERROR, error=exc.message)
     body = mcp_run_body(result.is_error, result.text, result.structured)

@@ -23,7 +23,7 @@ from engine.pushes import DELIVERED, answer_summary, body, headers, judge_answer
 from models.conversations import message_json
 from models.db import utcnow
 from models.wake_endpoints import Claimed, claim_push, due_pushes, pushes_for, record_attempt, signing_secrets
-from tasks.runtime import current
+from tasks.runtime import current, own_endpoints
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def _post(claimed: Claimed) -> tuple[int | None, str, int, str | None]:
         return None, "The endpoint's secret can't be decrypted with the configured keys; rotate it.", 0, None
     sent = time.monotonic()
     try:
-        answer = _fetcher(runtime.settings.FETCH_ALLOW_LOOPBACK).call(
+        answer = _fetcher(runtime.settings).call(
             "POST", claimed.endpoint.url, headers(claimed.message.id, secrets, raw, time.time()), raw)
     except FetchError as exc:
         return None, exc.message, _ms(sent), None
@@ -87,12 +87,14 @@ def _ms(since: float) -> int:
     return int((time.monotonic() - since) * 1000)
 
 
-def _fetcher(allow_loopback: bool) -> Fetcher:
-    """This thread's fetcher for pushes: the SSRF guard, 15 s, no redirects, connections kept between pushes."""
+def _fetcher(settings) -> Fetcher:
+    """This thread's fetcher for pushes: the SSRF guard (never to Vigil itself), 15 s, no redirects, connections
+    kept between pushes."""
     fetcher = getattr(_local, "fetcher", None)
-    if fetcher is None or fetcher.policy.allow_loopback != allow_loopback:  # the setting changed (tests do)
+    allow_loopback, own = settings.FETCH_ALLOW_LOOPBACK, own_endpoints(settings)
+    if fetcher is None or (fetcher.policy.allow_loopback, fetcher.policy.own) != (allow_loopback, own):  # changed
         policy = FetchPolicy(timeout=TIMEOUT_SECONDS, max_bytes=ANSWER_BYTES, allow_loopback=allow_loopback,
-                             max_redirects=0)
+                             max_redirects=0, own=own)
         fetcher = _local.fetcher = Fetcher(policy, user_agent="Vigil/0.1 (+wake push)")
     return fetcher
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 
 import requests
 
+from engine.addresses import Own
 from engine.crypto import Keyring
 from engine.http import FetchPolicy, Fetcher
 from engine.judge import JudgeModel
@@ -98,7 +99,13 @@ def current() -> Runtime:
 
 def fetch_policy(settings: Settings) -> FetchPolicy:
     return FetchPolicy(timeout=settings.FETCH_TIMEOUT_SECONDS, max_bytes=settings.FETCH_MAX_BYTES,
-                       allow_loopback=settings.FETCH_ALLOW_LOOPBACK)
+                       allow_loopback=settings.FETCH_ALLOW_LOOPBACK, own=own_endpoints(settings))
+
+
+def own_endpoints(settings: Settings) -> Own:
+    """Vigil itself, which none of its requests may reach: its public origins and the addresses its web listens on."""
+    return Own.of((settings.PUBLIC_API_BASE_URL, settings.PUBLIC_APP_URL, settings.API_URL),
+                  settings.listen_addresses)
 
 
 def default_judge(settings: Settings) -> JudgeModel | None:

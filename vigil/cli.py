@@ -214,6 +214,7 @@ def _serve(settings: Settings, args) -> int:
 
     if args.local_runner:
         settings = replace(settings, LOCAL_RUNNER=True)
+    settings = settings.listening_on(args.host, args.port)  # so its own requests refuse this address
     _database(settings, migrate=True)
     return serve(settings, args.host, args.port)
 
@@ -222,6 +223,7 @@ def _web(settings: Settings, args) -> int:
     from vigil.embedded import run_web
     from tasks.broker import setup_broker
 
+    settings = settings.listening_on(args.host, args.port)  # so its own requests refuse this address
     _database(settings)
     setup_broker(settings)
     return run_web(settings, args.host, args.port)

@@ -428,7 +428,8 @@ def test_a_tool_without_output_main_is_registered_but_refused_as_a_watch(client,
     assert monitor_count() == 0
 
 
-def test_a_post_step_not_marked_read_only_is_refused_and_one_marked_is_accepted(client, owner, api):
+def test_a_post_step_not_marked_read_only_is_refused_and_one_marked_waits_for_the_owner(client, owner, api,
+                                                                                         run_due_checks):
     body = order_tool(api.base)
     body["steps"][1] = {"kind": "http", "method": "POST", "url": api.base + "/carrier/", "body": {"q": "x"}}
     registered(client, owner[1], body)
@@ -436,9 +437,13 @@ def test_a_post_step_not_marked_read_only_is_refused_and_one_marked_is_accepted(
     assert error.startswith("Only read-only tools may be watched: step 1 of 'order_status' is a POST not marked "
                             "read_only")
     assert monitor_count() == 0
-    body["steps"][1]["read_only"] = True
+    body["steps"][1]["read_only"] = True  # the runtime's word only: a runtime token can't lift an approval
     registered(client, owner[1], body)
-    assert watched(client, owner[1])["status"] == "active" and monitor_count() == 1
+    result = watched(client, owner[1])
+    assert result["status"] == "awaiting_approval" and monitor_count() == 1
+    assert any("a step other than GET or HEAD is only marked read_only" in note for note in result["notes"])
+    run_due_checks()
+    assert api.credentials == [], "nothing runs before the owner approves"
 
 
 @pytest.mark.parametrize("args, sentence", [
