@@ -16,6 +16,9 @@ from app.actions import ActionsController
 from app.approvals import ApprovalsController
 from app.auth import session_cookies
 from app.capacity import install_lanes, lanes_middleware
+from app.gate import credential_gate, ids_in_range
+from app.headers import security_headers
+from app.json_depth import json_depth
 from app.connections import ConnectionsController
 from app.conversations_api import ConversationsController, WakesController
 from app import mcp_server
@@ -73,7 +76,8 @@ def create_app(settings: Settings) -> Litestar:
                         ConnectionsController, WakeEndpointsController, WakesController, FirstRunController,
                         TokensController, mcp,
                         create_static_files_router(path="/static", directories=[STATIC])],
-        middleware=[lanes_middleware, session_cookies],
+        middleware=[security_headers, lanes_middleware, credential_gate, json_depth(settings.API_MAX_BODY_BYTES), session_cookies],
+        before_request=ids_in_range,
         exception_handlers={**unavailable.HANDLERS, RequestEntityTooLarge: _too_large(settings.API_MAX_BODY_BYTES)},
         request_max_body_size=settings.API_MAX_BODY_BYTES,
         on_shutdown=[_hand_over_deliveries],

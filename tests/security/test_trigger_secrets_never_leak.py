@@ -180,11 +180,11 @@ def test_secrets_and_tokens_never_leak(serve, judge):
     get = requests.get(links["github"]["url"], timeout=10)
     assert get.status_code == 405 and tokens["github"] not in get.text
 
-    # Reveals need the owner's browser session: a runtime token or no credentials at all get a 404.
+    # Reveals need the owner's browser session: a runtime token gets a 404, no credentials at all a 401.
     for monitor_id in ids.values():
-        for headers in (auth, {}):
+        for headers, status in ((auth, 404), ({}, 401)):
             response = requests.get(f"{base}/api/monitors/{monitor_id}/secret", headers=headers, timeout=10)
-            assert response.status_code == 404, response.text
+            assert response.status_code == status, response.text
             assert not any(secret in response.text for secret in secrets.values())
     assert requests.get(f"{base}/conversations/1", timeout=10, allow_redirects=False).status_code in (302, 303, 307)
 

@@ -1,0 +1,38 @@
+"""Headers every answer carries, so a page can't be framed, sniffed into another type, or made to run script
+that Vigil did not serve from /static.
+
+The policy allows only Vigil's own origin for script, style, fetches (htmx, SSE) and forms; no inline script or
+style (pages use /static/vigil.js, and htmx is told not to inject its indicator style); no framing at all. Links
+carry secrets in their paths (an approval or trigger token), so no Referer leaves a page.
+"""
+
+from __future__ import annotations
+
+from litestar.types import ASGIApp, Message, Receive, Scope, Send
+
+CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                           "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
+                           "object-src 'none'")
+HEADERS = ((b"content-security-policy", CONTENT_SECURITY_POLICY.encode()), (b"x-frame-options", b"DENY"),
+           (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"no-referrer"))
+_NAMES = {name for name, _ in HEADERS}
+
+
+def security_headers(app: ASGIApp) -> ASGIApp:
+    """Litestar middleware: adds HEADERS to every HTTP answer that does not set them itself."""
+
+    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                present = {name.lower() for name, _ in headers} & _NAMES
+                message = {**message, "headers": headers + [h for h in HEADERS if h[0] not in present]}
+            await send(message)
+
+        await app(scope, receive, sending)
+
+    return middleware
