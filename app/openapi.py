@@ -51,7 +51,6 @@ class ApprovalState(TypedDict):
     state: str
     decision: str | None
     comment: str | None
-    nonce: NotRequired[str]
 
 
 def _string(**extra: Any) -> Schema:

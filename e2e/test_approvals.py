@@ -80,10 +80,15 @@ def fail_on_dialogs(page: Page) -> list[str]:
 
 @pytest.fixture(scope="module")
 def launch_approval(vigil_stack) -> dict:
-    """The launch-email approval in "e2e-approval", shared by the decide test and the later-visitor test."""
+    """The launch-email approval in "e2e-approval", shared by the decide test and the later-visitor test; with a
+    second visitor who opened the page before anyone decided (its cookie and the nonce its page carried)."""
     result = create_approval(vigil_stack, CONVERSATION)
     assert result["options"] == ["Approve", "Reject"], result
-    return {**result, "link": approval_link(vigil_stack, result)}
+    link = approval_link(vigil_stack, result)
+    early = requests.Session()
+    page = early.get(link, timeout=10)
+    nonce = re.search(r'name="nonce" value="([0-9a-f]{32})"', page.text).group(1)
+    return {**result, "link": link, "early": early, "early_nonce": nonce}
 
 
 @pytest.fixture()
@@ -158,10 +163,10 @@ def test_approval_link_decision_wakes_owner_conversation_live(page: Page, public
 def test_approval_link_after_decision_shows_it_and_refuses_another(public_context, vigil_stack, launch_approval):
     stack, link = vigil_stack, launch_approval["link"]
     api = link.replace("/approve/", "/api/approvals/")
+    early, nonce = launch_approval["early"], launch_approval["early_nonce"]
     if requests.get(api, timeout=10).json()["state"] == "open":  # run on its own: decide it as the first test does
-        nonce = requests.get(api, timeout=10).json()["nonce"]
-        requests.post(link, data={"decision": "Reject", "comment": COMMENT, "nonce": nonce},
-                      timeout=10).raise_for_status()
+        early.post(link, data={"decision": "Reject", "comment": COMMENT, "nonce": nonce},
+                   timeout=10).raise_for_status()
 
     # Context C: no session, opened after the decision.
     context = public_context()
@@ -175,16 +180,18 @@ def test_approval_link_after_decision_shows_it_and_refuses_another(public_contex
     expect(later.locator("form")).to_have_count(0)
     expect(later.locator("textarea")).to_have_count(0)
 
-    # The decided page carries no form; the nonce is the link's own, which the JSON twin hands out.
+    # The decided page carries no form, and the JSON twin never gives the nonce. A visitor who opened the page
+    # before the decision (its cookie, its page's nonce) and chooses now is told it was decided already.
     state = context.request.get(api)
     assert state.status == 200 and state.json()["state"] == "decided", state.text()
-    nonce = state.json()["nonce"]
-    assert re.fullmatch(r"[0-9a-f]{32}", nonce), nonce
-    again = context.request.post(link, form={"decision": "Approve", "comment": "overruled", "nonce": nonce})
-    assert again.status == 409, again.text()
-    assert 'data-decision="Reject"' in again.text() and "A decision was already made." in again.text()
-    again_json = context.request.post(api, data={"decision": "Approve", "nonce": nonce})
-    assert again_json.status == 409, again_json.text()
+    assert "nonce" not in state.json()
+    again = early.post(link, data={"decision": "Approve", "comment": "overruled", "nonce": nonce}, timeout=10)
+    assert again.status_code == 409, again.text
+    assert 'data-decision="Reject"' in again.text and "A decision was already made." in again.text
+    again_json = early.post(api, json={"decision": "Approve", "nonce": nonce}, timeout=10)
+    assert again_json.status_code == 409, again_json.text
+    without_page = requests.post(api, json={"decision": "Approve", "nonce": nonce}, timeout=10)
+    assert without_page.status_code == 403, "a client that never opened the page can't decide"
 
     later.reload()
     expect(later.locator("p.decision")).to_have_attribute("data-decision", "Reject")

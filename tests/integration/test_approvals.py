@@ -99,11 +99,13 @@ def test_json_api_reads_and_decides(client, owner):
     api = path_of(result).replace("/approve/", "/api/approvals/")
     state = client.get(api).json()
     assert state["state"] == "open" and state["allow_comment"] is False and "description" not in state
-    bad = client.post(api, json={"decision": "Maybe", "nonce": state["nonce"]})
+    assert "nonce" not in state, "only the page a person opens carries the nonce"
+    nonce = form_nonce(client.get(path_of(result)).text)  # the page's cookie goes to the JSON twin's path too
+    bad = client.post(api, json={"decision": "Maybe", "nonce": nonce})
     assert bad.status_code == 400 and "Approve, Reject" in bad.json()["detail"]
-    ok = client.post(api, json={"decision": "Reject", "comment": "ignored", "nonce": state["nonce"]})
+    ok = client.post(api, json={"decision": "Reject", "comment": "ignored", "nonce": nonce})
     assert ok.status_code == 200 and ok.json()["decision"] == "Reject" and ok.json()["comment"] is None
-    assert client.post(api, json={"decision": "Approve", "nonce": state["nonce"]}).status_code == 409
+    assert client.post(api, json={"decision": "Approve", "nonce": nonce}).status_code == 409
 
 
 def test_comment_is_capped(client, owner):
@@ -145,12 +147,14 @@ def test_fifty_simultaneous_decisions_one_wins(client, owner, settings, broker):
     result = create(client, owner[1], options=["A", "B", "C", "D"])
     with live_server(settings) as base:
         url = base + path_of(result)
-        nonce = form_nonce(requests.get(url, timeout=10).text)
+        page = requests.get(url, timeout=10)
+        nonce, cookies = form_nonce(page.text), page.cookies
         start, codes = threading.Barrier(50), []
 
         def post(n: int) -> None:
             start.wait()
-            response = requests.post(url, data={"decision": "ABCD"[n % 4], "nonce": nonce}, timeout=30)
+            response = requests.post(url, data={"decision": "ABCD"[n % 4], "nonce": nonce}, cookies=cookies,
+                                     timeout=30)
             codes.append(response.status_code)
 
         threads = [threading.Thread(target=post, args=(n,)) for n in range(50)]
