@@ -1,0 +1,264 @@
+"""Codex and Claude Code, the real CLIs from npm at pinned versions, against a real Vigil (web, worker, scheduler)
+and scripted streaming models on 127.0.0.1: each CLI creates a monitor through Vigil's /mcp set up exactly as
+docs/agents.md says (the commands and config are read from it), and when the watched page changes `vigil watch`
+prints the wake line.
+
+The CLIs are installed once into .cache/agent-clis/ (gitignored) and reused. Without npm or its registry the
+suite is skipped, or fails under VIGIL_REQUIRE_SERVICES=1. Each CLI runs with a temporary HOME (and CODEX_HOME),
+and its HTTPS goes to a dead proxy, so nothing but 127.0.0.1 is reached. Codex exits 0 even when a tool call
+failed, so the tests check what happened in Vigil, not exit codes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+
+from tests.conftest import REQUIRE_SERVICES
+from tests.processes import VIGIL, vigil
+from tests.scripted_agent_models import FINAL, MessagesModel, ResponsesModel
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "agents.md"
+CLIS = ROOT / ".cache" / "agent-clis"
+#: the versions tested; bump them together with docs/agents.md when a CLI changes its configuration
+PINNED = {"@openai/codex": "0.171.0", "@anthropic-ai/claude-code": "2.1.332"}
+DOCUMENTED_URL = "http://127.0.0.1:8000/mcp"
+EMAIL = "agent-clis-owner@example.com"
+CLI_SECONDS = 180
+#: what npm prints when it cannot reach the registry
+_OFFLINE = re.compile(r"ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENETUNREACH|EHOSTUNREACH|"
+                      r"network|socket hang up", re.I)
+_CONVERSATION = re.compile(r"conversation_id ([\w-]+)")
+
+
+def _unavailable(message: str) -> None:
+    if REQUIRE_SERVICES:
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def _installed(package: str) -> str | None:
+    try:
+        return json.loads((CLIS / "node_modules" / package / "package.json").read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+@pytest.fixture(scope="session")
+def agent_clis() -> Path:
+    """The directory holding `codex` and `claude`: .cache/agent-clis/node_modules/.bin, installed when missing.
+    A lock keeps two test workers from installing into it at once."""
+    bin_dir = CLIS / "node_modules" / ".bin"
+    CLIS.mkdir(parents=True, exist_ok=True)
+    with open(CLIS.parent / "agent-clis.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (all(_installed(p) == v for p, v in PINNED.items()) and (bin_dir / "codex").exists()
+                and (bin_dir / "claude").exists()):
+            _install()
+    return bin_dir
+
+
+def _install() -> None:
+    npm = shutil.which("npm")
+    if npm is None:
+        _unavailable("npm is not installed, so Codex and Claude Code cannot be installed; install Node.js 20+")
+    command = [npm, "install", "--prefix", str(CLIS), "--save-exact", "--no-audit", "--no-fund", "--loglevel=error",
+               *(f"{p}@{v}" for p, v in PINNED.items())]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        _unavailable("npm install of the agent CLIs took over 10 minutes; is the npm registry reachable?")
+    if done.returncode != 0:
+        output = done.stdout + done.stderr
+        if _OFFLINE.search(output):
+            _unavailable(f"the npm registry is unreachable, so the agent CLIs cannot be installed:\n{output[-1500:]}")
+        pytest.fail(f"npm install of {', '.join(PINNED)} failed:\n{output[-3000:]}")
+
+
+def documented_block(language: str, marker: str) -> str:
+    """The one fenced `language` block of docs/agents.md that contains `marker`."""
+    blocks = [b for b in re.findall(rf"^```{language}\n(.*?)^```", DOCS.read_text(), re.S | re.M) if marker in b]
+    assert len(blocks) == 1, f"docs/agents.md should have one ```{language} block with {marker!r}, has {len(blocks)}"
+    return blocks[0]
+
+
+@pytest.fixture(scope="module")
+def account(vigil_stack):
+    """The stack with an account of this module's own, so no other test's wakes mix in."""
+    vigil("user", "create", EMAIL, "--password", "a-good-agent-clis-password", env=vigil_stack.env)
+    token = vigil("token", "create", "--user", EMAIL, env=vigil_stack.env).strip().splitlines()[-1]
+    return dataclasses.replace(vigil_stack, token=token, email=EMAIL)
+
+
+def price_page(pages, conversation: str, price: str = "95.10") -> str:
+    """The conversation's own watched page, showing `price`; its URL."""
+    path = f"/agent-clis/{conversation}"
+    pages.set(path, f'<html><body><h1>ACMEB</h1><p>Last: <span id="price">{price}</span> USD</p></body></html>')
+    return pages.url(path)
+
+
+def create_arguments(page_url: str):
+    """The scripted model's monitor_create arguments, with the conversation id the prompt gave."""
+    def arguments(text: str) -> dict:
+        found = _CONVERSATION.search(text)
+        return {"conversation_id": found.group(1) if found else "no-id-in-prompt",
+                "description": "ACMEB below $90",
+                "source": {"type": "page", "url": page_url, "selector": "#price"},
+                "check": {"type": "threshold", "op": "below", "value": 90}, "interval": "1s"}
+    return arguments
+
+
+def prompt(conversation: str) -> str:
+    return f"Use Vigil with conversation_id {conversation}: tell me when ACMEB drops below 90."
+
+
+@pytest.fixture()
+def cli_env(agent_clis, account, tmp_path) -> dict:
+    """A clean environment: temporary HOME, the CLIs on PATH, HTTPS to anywhere but 127.0.0.1 refused."""
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    return {"PATH": f"{agent_clis}:{Path(VIGIL).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home),
+            "CODEX_HOME": str(home / ".codex"), "LANG": "C.UTF-8", "TMPDIR": str(tmp_path),
+            "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
+            "NO_PROXY": "127.0.0.1,localhost", "VIGIL_TOKEN": account.token, "VIGIL_URL": account.base,
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}
+
+
+def run(command: list[str] | str, env: dict, cwd: Path, timeout: float = CLI_SECONDS) -> str:
+    """One CLI command to completion (bounded); its output, stdout then stderr."""
+    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          shell=isinstance(command, str), stdin=subprocess.DEVNULL)
+    return f"{done.stdout}\n{done.stderr}"
+
+
+def offered(model) -> list[str]:
+    """The tool names each request offered the model (for a failure's message)."""
+    return [", ".join(sorted(str(t.get("name")) for t in r.get("tools") or [])) for r in model.requests]
+
+
+def live_monitors(account, conversation: str) -> list[dict]:
+    response = requests.get(f"{account.base}/api/monitors", headers=account.auth, timeout=10,
+                            params={"conversation_id": conversation, "status": "live"})
+    response.raise_for_status()
+    return response.json()["monitors"]
+
+
+def first_wake_line(account, conversation: str, state: Path, timeout: float = 60) -> str:
+    """Runs `vigil watch` on the conversation (from its start) until it prints a wake line; that line."""
+    process = subprocess.Popen([VIGIL, "watch", "--server", account.base, "--conversation", conversation,
+                                "--after", "0", "--timeout", f"{int(timeout)}s", "--state-dir", str(state)],
+                               env={**os.environ, "VIGIL_TOKEN": account.token}, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [*map(lines.put, process.stdout), lines.put(None)], daemon=True).start()
+    printed = []
+    try:
+        while True:
+            line = lines.get(timeout=timeout + 5)
+            assert line is not None, f"vigil watch ended without a wake line:\n{''.join(printed)}"
+            printed.append(line)
+            if line.startswith("[vigil] ACMEB"):
+                return line.strip()
+    except queue.Empty:
+        raise AssertionError(f"vigil watch printed no wake line:\n{''.join(printed)}") from None
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=15)
+
+
+def documented_shell(marker: str, account, conversation: str) -> str:
+    """A documented ```sh block, with its example server, token and conversation id replaced by this test's."""
+    return (documented_block("sh", marker).replace("http://127.0.0.1:8000", account.base)
+            .replace("vgl_…", account.token).replace("acme-price", conversation))
+
+
+def wait_for(what: str, predicate, timeout: float = 120, interval: float = 0.2):
+    """Polls until `predicate()` is truthy and returns it; fails naming `what` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def assert_armed(account, conversation: str, output: str) -> None:
+    monitors = live_monitors(account, conversation)
+    assert monitors, f"no monitor in Vigil for {conversation}; the CLI said:\n{output[-3000:]}"
+    assert [m["description"] for m in monitors] == ["ACMEB below $90"]
+
+
+def test_codex_creates_a_monitor_and_its_wake_resumes_the_session_as_documented(account, pages, cli_env,
+                                                                               tmp_path):
+    conversation = f"codex-{uuid.uuid4().hex[:8]}"
+    work, log = tmp_path / "work", tmp_path / "watcher.log"
+    subprocess.run(["git", "init", "-q", str(work)], check=True)  # codex exec runs in a project's repository
+    with ResponsesModel("monitor_create", create_arguments(price_page(pages, conversation))) as model:
+        documented = documented_block("toml", "[mcp_servers.vigil]")
+        assert DOCUMENTED_URL in documented
+        (Path(cli_env["CODEX_HOME"]) / "config.toml").write_text(
+            'model = "scripted"\nmodel_provider = "scripted"\n\n'
+            f'[model_providers.scripted]\nname = "scripted"\nbase_url = "{model.base_url}"\nwire_api = "responses"\n\n'
+            + documented.replace(DOCUMENTED_URL, f"{account.base}/mcp"))
+        with open(log, "wb") as handle:
+            watcher = subprocess.Popen(["bash", "-c", documented_shell("while vigil watch", account, conversation)],
+                                       env=cli_env, cwd=work, stdin=subprocess.DEVNULL, stdout=handle,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_for("the watcher to connect (it keeps a cursor once it has)", lambda: watcher.poll() is not None
+                     or any((Path(cli_env["HOME"]) / ".vigil-watch").glob("cursor-*")), timeout=60)
+            assert watcher.poll() is None, log.read_text()
+            task = documented_shell('codex exec "Use Vigil', account, conversation)
+            output = run(task.replace("codex exec ", "codex exec --strict-config "), cli_env, work)
+            assert model.calls == ["mcp__vigil__monitor_create"], f"offered: {offered(model)}\n{output[-3000:]}"
+            assert model.results and '{"ok":true' in model.results[0], f"{model.results}\n{output[-3000:]}"
+            assert_armed(account, conversation, output)
+            price_page(pages, conversation, "88.20")
+            [resumed, *_] = wait_for("the wake line to resume the Codex session", lambda: [
+                r for r in model.requests if "[vigil] ACMEB below $90" in json.dumps(r.get("input"))])
+        finally:
+            os.killpg(watcher.pid, signal.SIGTERM)
+            watcher.wait(timeout=15)
+    seen = json.dumps(resumed["input"])
+    assert "88.20" in seen, seen[-2000:]
+    assert "call_1" in seen, "the wake resumed another session than the one that created the monitor"
+
+
+def test_claude_code_creates_a_monitor_through_the_documented_mcp_server_that_vigil_watch_wakes(account, pages,
+                                                                                             cli_env, tmp_path):
+    conversation = f"claude-{uuid.uuid4().hex[:8]}"
+    work = tmp_path / "work"
+    work.mkdir()
+    added = documented_block("sh", "claude mcp add").replace(DOCUMENTED_URL, f"{account.base}/mcp")
+    output = run(added, cli_env, work)
+    assert "✔ Connected" in output and "vigil" in output, output
+    with MessagesModel("monitor_create", create_arguments(price_page(pages, conversation))) as model:
+        env = {**cli_env, "ANTHROPIC_BASE_URL": model.base_url, "ANTHROPIC_API_KEY": "sk-ant-scripted"}
+        output = run(["claude", "-p", prompt(conversation), "--allowedTools", "mcp__vigil__monitor_create"],
+                     env, work)
+        assert model.calls == ["ToolSearch", "mcp__vigil__monitor_create"], f"{offered(model)}\n{output[-3000:]}"
+        assert model.results and '{"ok":true' in model.results[0], f"{model.results}\n{output[-3000:]}"
+        assert FINAL in output, output[-3000:]
+    assert_armed(account, conversation, output)
+    price_page(pages, conversation, "88.20")
+    line = first_wake_line(account, conversation, tmp_path / "watch")
+    assert line.startswith("[vigil] ACMEB below $90") and "88.20" in line, line
