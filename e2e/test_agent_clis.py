@@ -160,28 +160,35 @@ def live_monitors(account, conversation: str) -> list[dict]:
     return response.json()["monitors"]
 
 
-def first_wake_line(account, conversation: str, state: Path, timeout: float = 60) -> str:
-    """Runs `vigil watch` on the conversation (from its start) until it prints a wake line; that line."""
-    process = subprocess.Popen([VIGIL, "watch", "--server", account.base, "--conversation", conversation,
-                                "--after", "0", "--timeout", f"{int(timeout)}s", "--state-dir", str(state)],
-                               env={**os.environ, "VIGIL_TOKEN": account.token}, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    lines: queue.Queue = queue.Queue()
-    threading.Thread(target=lambda: [*map(lines.put, process.stdout), lines.put(None)], daemon=True).start()
-    printed = []
-    try:
+class VigilWatch:
+    """`vigil watch` running on its own, its printed lines read as they come."""
+
+    def __init__(self, account, state: Path, *args: str) -> None:
+        self.process = subprocess.Popen([VIGIL, "watch", "--server", account.base, "--timeout", "120s",
+                                         "--state-dir", str(state), *args],
+                                        env={**os.environ, "VIGIL_TOKEN": account.token}, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        self.lines: queue.Queue = queue.Queue()
+        self.printed: list[str] = []
+        threading.Thread(target=lambda: [*map(self.lines.put, self.process.stdout), self.lines.put(None)],
+                         daemon=True).start()
+
+    def line(self, pattern: str, timeout: float = 90) -> re.Match:
+        """The next printed line that matches `pattern`, as its match."""
         while True:
-            line = lines.get(timeout=timeout + 5)
-            assert line is not None, f"vigil watch ended without a wake line:\n{''.join(printed)}"
-            printed.append(line)
-            if line.startswith("[vigil] ACMEB"):
-                return line.strip()
-    except queue.Empty:
-        raise AssertionError(f"vigil watch printed no wake line:\n{''.join(printed)}") from None
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=15)
+            try:
+                line = self.lines.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(f"vigil watch printed no {pattern!r}:\n{''.join(self.printed)}") from None
+            assert line is not None, f"vigil watch ended without {pattern!r}:\n{''.join(self.printed)}"
+            self.printed.append(line)
+            if found := re.search(pattern, line):
+                return found
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+        self.process.wait(timeout=15)
 
 
 def documented_shell(marker: str, account, conversation: str) -> str:
@@ -245,20 +252,24 @@ def test_codex_creates_a_monitor_and_its_wake_resumes_the_session_as_documented(
 
 def test_claude_code_creates_a_monitor_through_the_documented_mcp_server_that_vigil_watch_wakes(account, pages,
                                                                                              cli_env, tmp_path):
-    conversation = f"claude-{uuid.uuid4().hex[:8]}"
     work = tmp_path / "work"
     work.mkdir()
     added = documented_block("sh", "claude mcp add").replace(DOCUMENTED_URL, f"{account.base}/mcp")
     output = run(added, cli_env, work)
     assert "✔ Connected" in output and "vigil" in output, output
-    with MessagesModel("monitor_create", create_arguments(price_page(pages, conversation))) as model:
-        env = {**cli_env, "ANTHROPIC_BASE_URL": model.base_url, "ANTHROPIC_API_KEY": "sk-ant-scripted"}
-        output = run(["claude", "-p", prompt(conversation), "--allowedTools", "mcp__vigil__monitor_create"],
-                     env, work)
-        assert model.calls == ["ToolSearch", "mcp__vigil__monitor_create"], f"{offered(model)}\n{output[-3000:]}"
-        assert model.results and '{"ok":true' in model.results[0], f"{model.results}\n{output[-3000:]}"
-        assert FINAL in output, output[-3000:]
-    assert_armed(account, conversation, output)
-    price_page(pages, conversation, "88.20")
-    line = first_wake_line(account, conversation, tmp_path / "watch")
-    assert line.startswith("[vigil] ACMEB below $90") and "88.20" in line, line
+    watch = VigilWatch(account, tmp_path / "watch", "--conversation", "new")  # as CLAUDE.md tells the agent
+    try:
+        conversation = watch.line(r"^\[vigil\] watching conversation (cc-[0-9a-f]{8})\b").group(1)
+        with MessagesModel("monitor_create", create_arguments(price_page(pages, conversation))) as model:
+            env = {**cli_env, "ANTHROPIC_BASE_URL": model.base_url, "ANTHROPIC_API_KEY": "sk-ant-scripted"}
+            output = run(["claude", "-p", prompt(conversation), "--allowedTools", "mcp__vigil__monitor_create"],
+                         env, work)
+            assert model.calls == ["ToolSearch", "mcp__vigil__monitor_create"], f"{offered(model)}\n{output[-3000:]}"
+            assert model.results and '{"ok":true' in model.results[0], f"{model.results}\n{output[-3000:]}"
+            assert FINAL in output, output[-3000:]
+        assert_armed(account, conversation, output)
+        price_page(pages, conversation, "88.20")
+        line = watch.line(r"^\[vigil\] ACMEB below \$90").string
+    finally:
+        watch.stop()
+    assert "88.20" in line, line
