@@ -35,8 +35,8 @@ from tasks.runtime import current, own_endpoints
 
 ACTIONS = ("monitor_create", "monitor_list", "monitor_cancel", *WATCH_ACTIONS)
 #: GET /api/tool/schema?format=: the one schema, as each vendor's tool list takes it
-FORMATS = {"openai": tool_schema.for_openai, "anthropic": tool_schema.for_anthropic, "mcp": tool_schema.for_mcp,
-           "seed002": tool_schema.for_watch}
+FORMATS = {"openai": tool_schema.for_openai, "openai-responses": tool_schema.for_openai_responses,
+           "anthropic": tool_schema.for_anthropic, "mcp": tool_schema.for_mcp, "seed002": tool_schema.for_watch}
 
 
 class ToolController(Controller):
@@ -44,7 +44,8 @@ class ToolController(Controller):
 
     @get("/schema", responses=errors(400))
     async def schema(self, format: FromQuery[str] = "openai") -> Response:
-        """The monitor tool's schema (no token needed): format openai, anthropic, mcp or seed002."""
+        """The monitor tool's schema (no token needed): format openai (Chat Completions), openai-responses (the
+        Responses API's flat function tool), anthropic, mcp or seed002."""
         if format not in FORMATS:
             raise ValidationException(f"format must be one of {', '.join(FORMATS)}.")
         return Response(FORMATS[format](), headers={"Cache-Control": "public, max-age=300"})
@@ -138,7 +139,7 @@ def _call(caller: Caller, action: str, arguments: dict, context: dict,
                                         context.get("agent_id") or "", context.get("coalesce_seconds"))
         try:
             if action == "monitor_list":
-                return {"ok": True, "result": monitor_list(user, conversation)}
+                return {"ok": True, "result": monitor_list(user, conversation, arguments)}
             if action == "monitor_cancel":
                 return _published(*monitor_cancel(user, conversation, arguments))
             if action == "list":

@@ -30,13 +30,14 @@ from models.guardrails import GuardrailRefused, LineageUnknown, check_armed_limi
 from models.triggers import create_link
 from models.monitors import (
     CANCELLED, MonitorNotFound, TransitionRefused, change_status, create_event_monitor, create_monitor,
-    create_document_monitor, create_time_monitor, user_monitors,
+    create_document_monitor, create_time_monitor, load_for_check, user_monitors,
 )
 from models.conversations import conversation_for, find_conversation
 from models.documents import stored_body
 from models.connections import find_connection, resolve_connection_watch, user_connections
 from models.tools import ToolRefused, armed_tool_watches, create_tool_monitor, resolve_watch
-from models.tables import AWAITING, Conversation, Device, User
+from models.tables import AWAITING, NOT_ENDED, Conversation, Device, User
+from models.tool_listing import listed_monitors
 
 
 class ToolError(ValueError):
@@ -415,32 +416,41 @@ def conversation_to_wake(user: User, conversation_id: str | None, channel: str, 
     return conversation_for(user, conversation_id, channel, agent_id)
 
 
-def monitor_list(user: User, conversation: Conversation) -> dict:
-    """This conversation's monitors; a stream's says whether its watcher's process runs (`watcher`)."""
-    monitors = user_monitors(user, conversation)
-    watchers = watcher_states([m for m in monitors if is_stream(m)])
-    return {"monitors": [_listed(m) | ({"watcher": watchers[m.id]} if m.id in watchers else {}) for m in monitors]}
+def monitor_list(user: User, conversation: Conversation, arguments: object = None) -> dict:
+    """This conversation's monitors: the fields that are set, or with verbose: true the full records."""
+    verbose = arguments.get("verbose", False) if isinstance(arguments, dict) else False
+    if not isinstance(verbose, bool):
+        raise ToolError("verbose must be true (full records) or false; leave it out for the short listing.")
+    return listed_monitors(user, conversation, verbose)
 
 
 def monitor_cancel(user: User, conversation: Conversation, arguments: object):
-    """Cancel one of this conversation's monitors. Returns (monitor, result)."""
+    """Cancel one of this conversation's monitors. Returns (monitor, result). Idempotent: a monitor that has
+    ended already (cancelled, done, expired) is answered ok with a note, and nothing changes."""
     monitor_id = arguments.get("monitor_id") if isinstance(arguments, dict) else None
     if not isinstance(monitor_id, str) or not monitor_id:
         raise ToolError("monitor_cancel needs monitor_id: take it from monitor_list.")
-    if monitor_id not in {m.id for m in user_monitors(user, conversation)}:
+    found = {m.id: m for m in user_monitors(user, conversation)}.get(monitor_id)
+    if found is None:
         raise ToolError(f"There is no monitor {monitor_id!r} in this conversation; call monitor_list to see its monitors.")
+    if found.status not in NOT_ENDED:
+        return found, ended_already(found)
     try:
         monitor = change_status(user, monitor_id, "cancel")
-    except (MonitorNotFound, TransitionRefused) as exc:
+    except MonitorNotFound as exc:
         raise ToolError(f"The monitor can't be cancelled: {exc}.") from None
+    except TransitionRefused:  # it ended (or was cancelled) meanwhile
+        monitor = load_for_check(monitor_id)
+        if monitor.status in NOT_ENDED:
+            raise ToolError("The monitor changed meanwhile; call monitor_cancel again.") from None
+        return monitor, ended_already(monitor)
     return monitor, {"monitor_id": monitor.id, "status": CANCELLED}
 
 
-def _listed(monitor) -> dict:
-    return {"monitor_id": monitor.id, "description": monitor.description, "status": monitor.status,
-            "source": monitor.source, "check": monitor.check, "interval_seconds": monitor.interval_seconds,
-            "last_checked_at": iso(monitor.last_checked_at), "wakes_left": monitor.wakes_left,
-            "expires_at": iso(monitor.expires_at), "last_error": monitor.last_error or None}
+def ended_already(monitor) -> dict:
+    how = "was cancelled already" if monitor.status == CANCELLED else f"had ended already ({monitor.status})"
+    return {"monitor_id": monitor.id, "status": monitor.status,
+            "note": f"The monitor {how}, so nothing changed; it no longer wakes you."}
 
 
 #: seed 002's call shape: a watcher in the calling conversation
@@ -488,7 +498,9 @@ def watch_stop(user: User, conversation: Conversation, arguments: object):
     if not isinstance(watch_id, str) or not watch_id:
         raise ToolError("stop needs id: the mon_… id that start returned (or see action=list).")
     monitor, result = monitor_cancel(user, conversation, {"monitor_id": watch_id.removeprefix(WATCH_PREFIX)})
-    return monitor, {**result, "id": WATCH_PREFIX + monitor.id, "message": f"Stopped monitor {WATCH_PREFIX}{monitor.id}."}
+    message = (f"Monitor {WATCH_PREFIX}{monitor.id} had stopped already." if "note" in result
+               else f"Stopped monitor {WATCH_PREFIX}{monitor.id}.")
+    return monitor, {**result, "id": WATCH_PREFIX + monitor.id, "message": message}
 
 
 def watch_list(user: User, conversation: Conversation) -> dict:

@@ -1,4 +1,4 @@
-"""The monitor tool's schema: one JSON file, rendered for OpenAI, Anthropic and MCP."""
+"""The monitor tool's schema: one JSON file, rendered for OpenAI (Chat Completions and Responses), Anthropic and MCP."""
 
 from __future__ import annotations
 
@@ -31,6 +31,13 @@ def for_openai() -> dict:
     schema = load()
     return {"type": "function", "function": {"name": schema["name"], "description": schema["description"],
                                              "parameters": arguments_schema()}}
+
+
+def for_openai_responses() -> dict:
+    """OpenAI's Responses API takes the function flat, beside `type`; not strict (the schema has optional fields)."""
+    schema = load()
+    return {"type": "function", "name": schema["name"], "description": schema["description"],
+            "parameters": arguments_schema(), "strict": False}
 
 
 def for_anthropic() -> dict:

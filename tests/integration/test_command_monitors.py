@@ -444,6 +444,9 @@ def test_stop_cancels_the_watch_and_stops_its_run(client, owner):
     assert [r.status for r in runs_of(started["monitor_id"])] == ["stopping"]
     assert poll(client, device["token"]) == {"assignments": [], "stops": [run.id]}
     assert call(client, owner[1], "list")["result"]["watches"] == []
+    twice = call(client, owner[1], "stop", {"id": started["id"]})  # a retried stop is answered, not refused
+    assert twice["ok"] is True and twice["result"]["message"] == f"Monitor {started['id']} had stopped already."
+    assert [r.status for r in runs_of(started["monitor_id"])] == ["stopping"]
 
 
 def test_stop_of_an_unknown_or_another_conversations_watch_is_refused(client, owner):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 import time
 
 import anyio
@@ -21,6 +23,7 @@ from mcp.client.streamable_http import create_mcp_http_client, streamable_http_c
 from mcp.shared.exceptions import MCPError
 
 import tool_schema
+from app import mcp_server
 from models.tables import Conversation, Monitor
 from tests.integration.helpers import db, run_coroutine, running_stack
 from tests.reliability.stack import Stack
@@ -165,9 +168,10 @@ def test_mcp_page_monitor_is_created_listed_woken_read_once_and_cancelled(full, 
 
         cancelled = await call(client, "monitor_cancel", {**chat, "monitor_id": monitor_id})
         assert cancelled == {"ok": True, "result": {"monitor_id": monitor_id, "status": "cancelled"}}
-        # a second cancel is an error result (not a no-op), naming why; it changes nothing
+        # a second cancel (a retried call: the tool says idempotentHint) answers ok with a note; it changes nothing
         twice = await call(client, "monitor_cancel", {**chat, "monitor_id": monitor_id})
-        assert twice["ok"] is False and "cancelled" in twice["error"], twice
+        assert twice["ok"] is True and twice["result"]["status"] == "cancelled", twice
+        assert "cancelled already" in twice["result"]["note"]
         listed = await call(client, "monitor_list", chat)
         assert [(m["monitor_id"], m["status"]) for m in listed["result"]["monitors"]] == [(monitor_id, "cancelled")]
 
@@ -267,3 +271,105 @@ def _flatten(error: BaseException):
     yield error
     for member in getattr(error, "exceptions", ()):
         yield from _flatten(member)
+
+
+def test_mcp_initialize_instructions_tell_the_agent_how_to_use_vigil(web, owner):
+    async def main():
+        headers = {"Authorization": f"Bearer {owner[1]}"}
+        async with create_mcp_http_client(headers=headers) as http:
+            async with streamable_http_client(f"{web.base}/mcp", http_client=http) as streams:
+                async with ClientSession(streams[0], streams[1]) as client:
+                    return await client.initialize()
+
+    instructions = run_coroutine(main()).instructions
+    assert instructions and len(instructions) < 1500, instructions
+    assert instructions != mcp_server.WAKES_DESCRIPTION
+    for words in ("monitor_create", "end your turn", "conversation_id", "vigil watch --conversation new",
+                  "wakes_read", "push", "monitor_cancel"):
+        assert words in instructions, words
+
+
+def test_mcp_tool_schemas_have_no_type_lists(web, owner):
+    """Gemini-style clients reject `"type": [...]`; durations are strings, a status value text."""
+    async def steps(client):
+        return (await client.list_tools()).tools
+
+    tools = {tool.name: tool for tool in session(web.base, owner[1], steps)}
+    for name, tool in tools.items():
+        assert _type_lists(tool.input_schema) == [], name
+    create = tools["monitor_create"].input_schema["properties"]
+    assert create["interval"]["type"] == create["expires_in"]["type"] == "string"
+
+
+def test_mcp_interval_as_seconds_in_a_string_or_a_number_is_taken(web, owner):
+    chat = {"conversation_id": "chat-durations"}
+
+    async def steps(client):
+        made = []
+        for interval in ("900", 900, "15m"):
+            made.append(await call(client, "monitor_create", {
+                **chat, "description": "a deploy hook", "source": {"type": "webhook"}, "expires_in": interval}))
+        return made
+
+    for created in session(web.base, owner[1], steps):
+        assert created["ok"], created
+    with db():
+        spans = [(m.expires_at - m.created_at).total_seconds() for m in Monitor.select()]
+    assert len(spans) == 3 and all(abs(span - 900) < 5 for span in spans), spans
+
+
+def test_mcp_monitor_cancel_of_an_unknown_id_is_still_an_error(web, owner):
+    async def steps(client):
+        return await call(client, "monitor_cancel", {"conversation_id": "chat-x", "monitor_id": "no-such-id"})
+
+    reply = session(web.base, owner[1], steps)
+    assert reply["ok"] is False and "There is no monitor 'no-such-id'" in reply["error"], reply
+
+
+def test_mcp_monitor_list_is_compact_unless_verbose(web, owner):
+    chat = {"conversation_id": "chat-list"}
+
+    async def steps(client):
+        created = await call(client, "monitor_create", {**chat, "description": "the deploy calls back",
+                                                        "source": {"type": "webhook"}})
+        assert created["ok"], created
+        short = await call(client, "monitor_list", chat)
+        full = await call(client, "monitor_list", {**chat, "verbose": True})
+        return created["result"]["monitor_id"], short, full
+
+    monitor_id, short, full = session(web.base, owner[1], steps)
+    [listed] = short["result"]["monitors"]
+    assert listed["monitor_id"] == monitor_id and listed["conversation_id"] == "chat-list"
+    assert listed["source"] == {"type": "webhook", "signature": "none", "max_hits": listed["source"]["max_hits"]}
+    assert None not in _values(listed), listed
+    [record] = full["result"]["monitors"]
+    assert record["source"]["url"] is None and "selector" in record["source"] and "lineage" in record
+    assert len(json.dumps(listed)) * 2 < len(json.dumps(record))
+
+
+def _values(item: object) -> list:
+    if isinstance(item, dict):
+        return [v for value in item.values() for v in _values(value)]
+    return [item]
+
+
+def _type_lists(schema: object) -> list:
+    if isinstance(schema, dict):
+        return ([schema] if isinstance(schema.get("type"), list) else []) + [
+            hit for value in schema.values() for hit in _type_lists(value)]
+    if isinstance(schema, list):
+        return [hit for value in schema for hit in _type_lists(value)]
+    return []
+
+
+@pytest.mark.skipif(not os.environ.get("VIGIL_MCP_INSPECTOR"), reason="set VIGIL_MCP_INSPECTOR to the mcp-inspector "
+                    "binary (npm install @modelcontextprotocol/inspector@2.12)")
+def test_mcp_tools_pass_the_inspector_cli_strict_check(web, owner):
+    """The MCP Inspector CLI's --strict portability check (type lists, and whatever else it knows) finds nothing."""
+    checked = subprocess.run(
+        [os.environ["VIGIL_MCP_INSPECTOR"], "--cli", f"{web.base}/mcp", "--transport", "http",
+         "--header", f"Authorization: Bearer {owner[1]}", "--method", "tools/list", "--strict"],
+        capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0, (checked.returncode, checked.stderr[-3000:])
+    assert [tool["name"] for tool in json.loads(checked.stdout)["tools"]] == TOOLS
+    assert "warn" not in checked.stderr.lower() and "error" not in checked.stderr.lower(), checked.stderr[-3000:]

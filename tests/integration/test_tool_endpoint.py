@@ -184,7 +184,8 @@ def test_list_and_cancel_act_on_this_conversation_only(client, owner, pages):
     done = tool(client, owner[1], "monitor_cancel", {"monitor_id": first}).json()
     assert done == {"ok": True, "result": {"monitor_id": first, "status": "cancelled"}}
     again = tool(client, owner[1], "monitor_cancel", {"monitor_id": first}).json()
-    assert again["ok"] is False and "cancelled" in again["error"]
+    assert again["ok"] is True and again["result"]["status"] == "cancelled", again
+    assert "cancelled already" in again["result"]["note"]
     with db():
         assert Monitor.get_by_id(other["result"]["monitor_id"]).status == "active"
 
@@ -203,3 +204,39 @@ def test_schema_examples_are_accepted(client, owner, pages):
         arguments = json.loads(json.dumps(example["arguments"]).replace("{base}", pages.base))
         body = tool(client, owner[1], example["action"], arguments, conversation=f"example-{n}").json()
         assert body["ok"] is True, (example, body)
+
+
+def test_monitor_cancel_of_an_ended_monitor_is_ok_with_a_note_and_changes_nothing(client, owner, drain):
+    created = tool(client, owner[1], "monitor_create", {"description": "the job calls back",
+                                                        "source": {"type": "webhook"}}).json()["result"]
+    url = created["url"]
+    fired = client.post(url[url.index("/api/triggers/"):], json={"fact": "done"}, headers={"Idempotency-Key": "k1"})
+    assert fired.status_code == 202, fired.text
+    drain()
+    with db():
+        assert Monitor.get_by_id(created["monitor_id"]).status == "done"
+    answer = tool(client, owner[1], "monitor_cancel", {"monitor_id": created["monitor_id"]}).json()
+    assert answer["ok"] is True and answer["result"]["status"] == "done", answer
+    assert "had ended already (done)" in answer["result"]["note"]
+    with db():
+        assert Monitor.get_by_id(created["monitor_id"]).status == "done"
+    unknown = tool(client, owner[1], "monitor_cancel", {"monitor_id": "no-such-monitor"}).json()
+    assert unknown["ok"] is False and "There is no monitor 'no-such-monitor'" in unknown["error"]
+
+
+def test_monitor_list_gives_the_fields_that_are_set_and_verbose_the_full_record(client, owner, pages):
+    url = pages.set("/quote", QUOTE)
+    monitor_id = tool(client, owner[1], "monitor_create", create_args(url)).json()["result"]["monitor_id"]
+    [short] = tool(client, owner[1], "monitor_list").json()["result"]["monitors"]
+    assert short["source"] == {"type": "page", "url": url, "selector": "#price"}
+    assert short["check"] == {"type": "threshold", "op": "<", "value": 90}  # as stored
+    assert (short["monitor_id"], short["status"], short["conversation_id"]) == (monitor_id, "active", "conv-1")
+    assert short["description"] == "ACMEB drops below $90" and short["wakes_left"] == 1
+    assert short["next_check_at"] and short["expires_at"] and short["interval_seconds"] > 0
+    assert "last_error" not in short and "condition" not in short and "baseline" not in short
+    [full] = tool(client, owner[1], "monitor_list", {"verbose": True}).json()["result"]["monitors"]
+    assert full["source"]["path"] is None and full["source"]["metric"] is None  # every field, set or not
+    assert full["baseline"] and full["lineage"] == {"depth": 0, "woken_by": None} and full["last_error"] is None
+    assert len(json.dumps(short)) * 2 < len(json.dumps(full))
+    bad = tool(client, owner[1], "monitor_list", {"verbose": "yes"}).json()
+    assert bad["ok"] is False and "verbose must be true" in bad["error"]
