@@ -189,13 +189,14 @@ _ANY_ADDRESS = frozenset({"0.0.0.0", "::", ""})
 _REMEMBER_SECONDS = 60
 
 
-def resolve_guarded(host: str, port: int, allow_loopback: bool, own: Own | None = None) -> list[str]:
+def resolve_guarded(host: str, port: int, allow_loopback: bool, own: Own | None = None,
+                    allow_private: bool = False) -> list[str]:
     """resolve_allowed, and then none of the addresses may be Vigil's own (`own`) on that port, else BlockedURL.
     Decided by the resolved address and port, whatever name or headers the request carries."""
     name = host.strip("[]")
     if own and (_plain(name), port) in own.origins:
         raise BlockedURL(f"The url points to {name}:{port}, {ITSELF}")
-    addresses = resolve_allowed(host, port, allow_loopback)
+    addresses = resolve_allowed(host, port, allow_loopback, allow_private)
     for address in addresses if own else ():
         if _is_own(_ip(address), port, own):
             target = f"{name}:{port}" if address == name else f"{name}:{port}, which resolves to {address},"

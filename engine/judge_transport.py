@@ -19,7 +19,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.exceptions import ConnectTimeoutError, NewConnectionError
 from urllib3.util.connection import create_connection
 
-from engine.addresses import resolve_allowed
+from engine.addresses import Own, resolve_guarded
 
 USER_AGENT = "Vigil/0.1 (+judge)"
 
@@ -34,40 +34,41 @@ def plain_session() -> requests.Session:
     return session
 
 
-def guarded_session(allow_private: bool) -> requests.Session:
+def guarded_session(allow_private: bool, own: Own | None = None) -> requests.Session:
     """This thread's session for accounts' models; `allow_private` (JUDGE_ALLOW_PRIVATE_URLS) lets a model
-    server on loopback or the local network through. Its connections are kept alive between calls."""
+    server on loopback or the local network through, never Vigil itself (`own`). Its connections are kept alive
+    between calls."""
     sessions = getattr(_local, "sessions", None)
     if sessions is None:
         sessions = _local.sessions = {}
-    if allow_private not in sessions:
-        session = sessions[allow_private] = plain_session()
-        adapter = GuardedAdapter(allow_private)
+    if (allow_private, own) not in sessions:
+        session = sessions[allow_private, own] = plain_session()
+        adapter = GuardedAdapter(allow_private, own)
         session.mount("http://", adapter)
         session.mount("https://", adapter)
-    return sessions[allow_private]
+    return sessions[allow_private, own]
 
 
 class GuardedAdapter(HTTPAdapter):
     """requests' adapter whose pools open guarded connections."""
 
-    def __init__(self, allow_private: bool) -> None:
-        self.allow_private = allow_private
+    def __init__(self, allow_private: bool, own: Own | None = None) -> None:
+        self.allow_private, self.own = allow_private, own
         super().__init__()
 
     def init_poolmanager(self, *args, **kwargs) -> None:
         super().init_poolmanager(*args, **kwargs)
-        self.poolmanager.pool_classes_by_scheme = _pools(self.allow_private)
+        self.poolmanager.pool_classes_by_scheme = _pools(self.allow_private, self.own)
 
 
 class _GuardedConnect:
     """Resolves the host, refuses it (BlockedURL) unless every address is allowed, then connects by address;
     TLS still verifies the certificate for the host name."""
     allow_private = False
+    own: Own | None = None
 
     def _new_conn(self) -> socket.socket:
-        addresses = resolve_allowed(self._dns_host, self.port, allow_loopback=False,
-                                    allow_private=self.allow_private)
+        addresses = resolve_guarded(self._dns_host, self.port, False, self.own, allow_private=self.allow_private)
         error: OSError | None = None
         for address in addresses:
             try:
@@ -81,9 +82,9 @@ class _GuardedConnect:
 
 
 @functools.cache
-def _pools(allow_private: bool) -> dict[str, type]:
-    """The pool classes, per scheme, whose connections are guarded with `allow_private`."""
-    guard = {"allow_private": allow_private}
+def _pools(allow_private: bool, own: Own | None = None) -> dict[str, type]:
+    """The pool classes, per scheme, whose connections are guarded with `allow_private` and `own`."""
+    guard = {"allow_private": allow_private, "own": own}
     http = type("GuardedHTTPConnection", (_GuardedConnect, HTTPConnection), guard)
     https = type("GuardedHTTPSConnection", (_GuardedConnect, HTTPSConnection), guard)
     return {"http": type("GuardedHTTPPool", (HTTPConnectionPool,), {"ConnectionCls": http}),

@@ -8,6 +8,7 @@ from datetime import datetime
 import requests
 
 from adapters.metrics import count_judge_call
+from engine.addresses import Own
 from engine.checks import Verdict
 from engine.crypto import DecryptError, Keyring
 from engine.judge import JudgeError, JudgeModel, judge
@@ -28,6 +29,8 @@ class JudgePolicy:
     token_budget: int = 200_000
     #: JUDGE_ALLOW_PRIVATE_URLS: an account's model may be on loopback or the local network
     allow_private: bool = False
+    #: Vigil itself, which an account's model may never be (engine/addresses.Own)
+    own: Own | None = None
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ def judge_match(monitor: Monitor, outcome: Outcome, session: requests.Session, p
     if model is None:
         return JudgeStep(outcome, unchecked=True)
     if model is not policy.fallback:
-        session = guarded_session(policy.allow_private)
+        session = guarded_session(policy.allow_private, policy.own)
     try:
         verdict = judge(session, model, monitor.description, monitor.condition, outcome.text)
     except JudgeError as exc:

@@ -44,7 +44,7 @@ class Runtime:
         self.judge_policy = JudgePolicy(keyring=self.keyring, fallback=default_judge(settings),
                                         failures_limit=settings.SCHEDULE_AUTOPAUSE_FAILURES,
                                         token_budget=settings.MONITOR_JUDGE_TOKEN_BUDGET,
-                                        allow_private=settings.JUDGE_ALLOW_PRIVATE_URLS)
+                                        allow_private=settings.JUDGE_ALLOW_PRIVATE_URLS, own=own_endpoints(settings))
         #: this process's shared fetches (engine/shared_fetch.py): its threads share them, other worker processes
         #: have their own, so N processes make at most N GETs per distinct request per interval window
         self.shared_fetches = SharedFetches(settings.FETCH_SHARED_CACHE_BYTES, settings.FETCH_TIMEOUT_SECONDS)

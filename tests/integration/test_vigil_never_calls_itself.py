@@ -197,6 +197,19 @@ def test_an_mcp_connection_to_vigils_own_mcp_is_refused(client, owner, itself):
         assert McpConnection.select().count() == 0
 
 
+def test_an_accounts_judge_model_at_vigils_own_address_is_not_called(owner, itself):
+    """Even with JUDGE_ALLOW_PRIVATE_URLS (a model server on this machine): Vigil itself is never the model."""
+    from engine.judge import JudgeError, JudgeModel, judge
+    from engine.judge_transport import guarded_session
+    from tests.judge_server import JudgeServer
+
+    session = guarded_session(True, own_endpoints(itself.settings))
+    with pytest.raises(JudgeError, match=re.escape(ITSELF)):
+        judge(session, JudgeModel("mine", itself.base + "/v1", "", "x"), "d", "c", "content", timeout=5)
+    with JudgeServer() as server:  # another port of this machine is a model server like any other
+        assert judge(session, JudgeModel("local", server.base_url, "", "x"), "d", "c", "content", timeout=5).match
+
+
 # --- the page's cookie --------------------------------------------------------------------------------------------
 
 def test_approval_json_read_never_gives_the_nonce(client, owner, itself):
