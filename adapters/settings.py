@@ -122,7 +122,7 @@ class Settings:
     PUBLIC_API_BASE_URL: str = ""
     """The address the internet reaches this Vigil's API at; trigger links are built on it. Default empty."""
     API_URL: str = ""
-    """Fallback for PUBLIC_API_BASE_URL. Default empty: http://127.0.0.1:8000."""
+    """Fallback for PUBLIC_API_BASE_URL. Default empty: the address `vigil serve`/`vigil web` listen on."""
     PUBLIC_APP_URL: str = ""
     """Where the web UI runs when it is not this server (e.g. http://localhost:5173); approval links use it."""
     SERVE_UI: bool = True
@@ -278,6 +278,14 @@ class Settings:
         """These settings with `host`:`port` added to WEB_LISTEN_ADDRESSES (what `vigil serve`/`vigil web` bind)."""
         pair = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         return replace(self, WEB_LISTEN_ADDRESSES=",".join(filter(None, (self.WEB_LISTEN_ADDRESSES, pair))))
+
+    def served_at(self, host: str, port: int) -> "Settings":
+        """These settings with API_URL set to the address `vigil serve`/`vigil web` bind, unless PUBLIC_API_BASE_URL
+        or API_URL already names one: the links Vigil hands out then point at the port actually served."""
+        if self.PUBLIC_API_BASE_URL or self.API_URL:
+            return self
+        local = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+        return replace(self, API_URL=f"http://[{local}]:{port}" if ":" in local else f"http://{local}:{port}")
 
     @property
     def embedded(self) -> bool:

@@ -215,6 +215,7 @@ def _serve(settings: Settings, args) -> int:
     if args.local_runner:
         settings = replace(settings, LOCAL_RUNNER=True)
     settings = settings.listening_on(args.host, args.port)  # so its own requests refuse this address
+    settings = settings.served_at(args.host, args.port)  # links name the port actually served
     _database(settings, migrate=True)
     return serve(settings, args.host, args.port)
 
@@ -224,6 +225,7 @@ def _web(settings: Settings, args) -> int:
     from tasks.broker import setup_broker
 
     settings = settings.listening_on(args.host, args.port)  # so its own requests refuse this address
+    settings = settings.served_at(args.host, args.port)  # links name the port actually served
     _database(settings)
     setup_broker(settings)
     return run_web(settings, args.host, args.port)
