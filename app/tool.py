@@ -16,9 +16,10 @@ from models.coalesce import seconds_error
 from models.conversations import conversation_for, find_conversation
 from models.dry_run import dry_run_result, first_read, prepare_dry_run, wants_dry_run
 from models.tool_actions import (
-    WATCH_ACTIONS, CreateContext, Prepared, ToolError, first_check, monitor_cancel, monitor_list, prepare_create,
-    store_create, watch_list, watch_start, watch_stop,
+    WATCH_ACTIONS, CreateContext, Prepared, ToolError, first_check, prepare_create, store_create, watch_list,
+    watch_start, watch_stop,
 )
+from models.tool_monitors import monitor_cancel, monitor_list
 import tool_schema
 from app.auth import token_user
 from app.capacity import Busy, create_gate

@@ -1,4 +1,5 @@
-"""The monitor tool's actions as an agent calls them: monitor_create, monitor_list, monitor_cancel.
+"""The monitor tool's actions as an agent calls them: monitor_create, and seed 002's start/stop/list
+(monitor_list and monitor_cancel are in models/tool_monitors.py).
 
 Each returns the result for the model or raises ToolError with one sentence saying what to fix.
 """
@@ -29,23 +30,15 @@ from models.runs import is_stream, watcher_live, watcher_states
 from models.guardrails import GuardrailRefused, LineageUnknown, check_armed_limits, with_lineage
 from models.triggers import create_link
 from models.monitors import (
-    CANCELLED, MonitorNotFound, TransitionRefused, change_status, create_event_monitor, create_monitor,
-    create_document_monitor, create_time_monitor, load_for_check, user_monitors,
+    create_event_monitor, create_monitor, create_document_monitor, create_time_monitor, user_monitors,
 )
 from models.conversations import conversation_for, find_conversation
 from models.documents import stored_body
 from models.connections import find_connection, resolve_connection_watch, user_connections
 from models.tools import ToolRefused, armed_tool_watches, create_tool_monitor, resolve_watch
-from models.tables import AWAITING, NOT_ENDED, Conversation, Device, User
-from models.tool_listing import listed_monitors
-
-
-class ToolError(ValueError):
-    """Something the model can fix or must relay; str() is the sentence for it."""
-
-
-class LimitReached(ToolError):
-    """A guardrail refused the monitor (an armed limit, chaining depth): the call was fine, the moment is not."""
+from models.tables import AWAITING, Conversation, Device, User
+from models.tool_errors import LimitReached, ToolError
+from models.tool_monitors import monitor_cancel
 
 
 @dataclass(frozen=True)
@@ -414,43 +407,6 @@ def conversation_to_wake(user: User, conversation_id: str | None, channel: str, 
     if conversation_id is None:
         raise ToolError("conversationId is required: the conversation the monitor wakes.")
     return conversation_for(user, conversation_id, channel, agent_id)
-
-
-def monitor_list(user: User, conversation: Conversation, arguments: object = None) -> dict:
-    """This conversation's monitors: the fields that are set, or with verbose: true the full records."""
-    verbose = arguments.get("verbose", False) if isinstance(arguments, dict) else False
-    if not isinstance(verbose, bool):
-        raise ToolError("verbose must be true (full records) or false; leave it out for the short listing.")
-    return listed_monitors(user, conversation, verbose)
-
-
-def monitor_cancel(user: User, conversation: Conversation, arguments: object):
-    """Cancel one of this conversation's monitors. Returns (monitor, result). Idempotent: a monitor that has
-    ended already (cancelled, done, expired) is answered ok with a note, and nothing changes."""
-    monitor_id = arguments.get("monitor_id") if isinstance(arguments, dict) else None
-    if not isinstance(monitor_id, str) or not monitor_id:
-        raise ToolError("monitor_cancel needs monitor_id: take it from monitor_list.")
-    found = {m.id: m for m in user_monitors(user, conversation)}.get(monitor_id)
-    if found is None:
-        raise ToolError(f"There is no monitor {monitor_id!r} in this conversation; call monitor_list to see its monitors.")
-    if found.status not in NOT_ENDED:
-        return found, ended_already(found)
-    try:
-        monitor = change_status(user, monitor_id, "cancel")
-    except MonitorNotFound as exc:
-        raise ToolError(f"The monitor can't be cancelled: {exc}.") from None
-    except TransitionRefused:  # it ended (or was cancelled) meanwhile
-        monitor = load_for_check(monitor_id)
-        if monitor.status in NOT_ENDED:
-            raise ToolError("The monitor changed meanwhile; call monitor_cancel again.") from None
-        return monitor, ended_already(monitor)
-    return monitor, {"monitor_id": monitor.id, "status": CANCELLED}
-
-
-def ended_already(monitor) -> dict:
-    how = "was cancelled already" if monitor.status == CANCELLED else f"had ended already ({monitor.status})"
-    return {"monitor_id": monitor.id, "status": monitor.status,
-            "note": f"The monitor {how}, so nothing changed; it no longer wakes you."}
 
 
 #: seed 002's call shape: a watcher in the calling conversation
