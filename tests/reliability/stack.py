@@ -68,8 +68,8 @@ class Stack:
     def start_web(self) -> None:
         """The first start picks a free port; a restart keeps it, as runners and wake links know the address."""
         if not self.port:
-            served = serve_vigil([VIGIL, "web", "--host", "127.0.0.1"], lambda port: {
-                **self.env, "PUBLIC_API_BASE_URL": f"http://127.0.0.1:{port}"}, self._mark("web"), timeout=60)
+            served = serve_vigil([VIGIL, "web", "--host", "127.0.0.1"], lambda port: {  # a test's own address wins
+                "PUBLIC_API_BASE_URL": f"http://127.0.0.1:{port}", **self.env}, self._mark("web"), timeout=60)
             self.processes["web"], self.port, self.env = served.process, served.port, served.env
             return
         self._start("web", [VIGIL, "web", "--host", "127.0.0.1", "--port", str(self.port)])
