@@ -17,7 +17,8 @@ from models import connection, utcnow
 from models.conversations import user_conversations
 from models.events import history, item_json
 from models.monitors import find_monitor, monitor_json
-from models.tables import ACTIVE
+from models.readings import is_numeric, latest_change, monitor_chart
+from models.tables import ACTIVE, Message
 
 MAX_LIMIT = 200
 NO_STORE = {"Cache-Control": "no-store"}
@@ -50,9 +51,15 @@ class MonitorPageController(Controller):
             monitor = find_monitor(user, monitor_id)
             if monitor is None:
                 raise NotFoundException("No such monitor on your account.")
-            context = {"user": user, "conversations": user_conversations(user), **evidence(monitor)}
+            context = {"user": user, "conversations": user_conversations(user), **evidence(monitor),
+                       **pictures(monitor)}
         return Template("pages/monitor.html", context={**context, "csrf": csrf_token(request)}, headers=NO_STORE)
 
+
+    @get("/monitors/{monitor_id:str}/pictures/{which:str}", sync_to_thread=True)
+    def pictures_partial(self, request: Request, monitor_id: FromPath[str], which: FromPath[str]) -> Response:
+        """The chart or the diff alone (pictures, below)."""
+        return picture_partial(request, monitor_id, which)
 
     @get("/monitors/{monitor_id:str}/evidence", sync_to_thread=True)
     def evidence_partial(self, request: Request, monitor_id: FromPath[str]) -> Response:
@@ -68,6 +75,29 @@ class MonitorPageController(Controller):
         return Response(html, media_type="text/html", headers=NO_STORE)
 
 
+PICTURES = {"chart": "partials/_monitor_chart.html", "diff": "partials/_monitor_diff.html"}
+
+
+def pictures(monitor) -> dict:
+    """What the chart and diff partials render, from the stored events only: a numeric monitor's readings
+    (models/readings.monitor_chart), a page monitor's latest change word by word (latest_change)."""
+    return {"monitor": monitor, "chart_shown": is_numeric(monitor), "chart": monitor_chart(monitor, utcnow()),
+            "change": latest_change(monitor)}
+
+
+def picture_partial(request: Request, monitor_id: str, which: str) -> Response:
+    """GET /monitors/{id}/pictures/{chart|diff}: the partial alone, fetched when the monitor's event arrives."""
+    user = session_user(request)
+    if user is None or which not in PICTURES:
+        raise NotFoundException("Sign in first." if user is None else "No such picture: chart or diff.")
+    with connection():
+        monitor = find_monitor(user, monitor_id)
+        if monitor is None:
+            raise NotFoundException("No such monitor on your account.")
+        html = render(PICTURES[which], **pictures(monitor))
+    return Response(html, media_type="text/html", headers=NO_STORE)
+
+
 def evidence(monitor) -> dict:
     """What the evidence partial renders: the monitor, its JSON, the timeline's first page, and a trigger link's
     expected deliveries."""
@@ -75,5 +105,24 @@ def evidence(monitor) -> dict:
     last_event_at = next((item["at"] for item in timeline["items"]
                           if item["kind"] not in ("quiet", "baseline", "armed")), None)
     due_at = monitor.expect_due_at if monitor.status == ACTIVE else None
+    wanted = [item["message_id"] for item in timeline["items"] if item["kind"] == "wake"]
     return {"monitor": monitor, "info": monitor_json(monitor), "timeline": timeline, "last_event_at": last_event_at,
-            "expecting": expecting(monitor.source, due_at, monitor.expect_missed_since, utcnow())}
+            "expecting": expecting(monitor.source, due_at, monitor.expect_missed_since, utcnow()),
+            "wake_numbers": wake_numbers(monitor.conversation_id, [*wanted, monitor.parent_message_id]),
+            "watched_url": watched_url(monitor.source)}
+
+
+def wake_numbers(conversation_id: int, message_ids: list[int | None]) -> dict[int, int]:
+    """Each wake message's number in its conversation (its first wake is #1), by message id."""
+    wanted = {message_id for message_id in message_ids if message_id}
+    if not wanted:
+        return {}
+    ids = (Message.select(Message.id).where((Message.conversation == conversation_id) & (Message.role == "wake")
+                                            & (Message.id <= max(wanted))).order_by(Message.id).tuples())
+    return {message_id: number for number, (message_id,) in enumerate(ids, start=1) if message_id in wanted}
+
+
+def watched_url(source: dict | None) -> str | None:
+    """The source's web address, when it has an http(s) one to link to."""
+    url = (source or {}).get("url")
+    return url if isinstance(url, str) and url.lower().startswith(("http://", "https://")) else None
