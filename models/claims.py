@@ -42,6 +42,24 @@ def claim_due(now: datetime, limit: int) -> list[tuple[str, int]]:
     return [Claim(row[0], row[1] + 1, keys[row[0]]) for row in rows]
 
 
+def claim_now(monitor_id: str, now: datetime) -> Claim | None:
+    """Claim one active polled monitor for a check at once ("Check now"), as the scheduler would: a new claim
+    number, the check counted, and its next due time an interval from now. None when it is not active and polled
+    any more (paused, ended meanwhile)."""
+    with database.atomic(*_immediate()):
+        query = (Monitor.select(Monitor.interval_seconds, Monitor.source)
+                 .where((Monitor.id == monitor_id) & (Monitor.status == ACTIVE) & Monitor.polled))
+        row = (query.for_update() if database.for_update else query).tuples().first()
+        if row is None:
+            return None
+        source = _as_dict(row[1])
+        key = fetch_key(source)
+        _mark_claimed(now, [(monitor_id, next_check_at(now, row[0], slot=key or None,
+                                                       never_early=source.get("type") == "tool"))])
+        seq = Monitor.select(Monitor.claim_seq).where(Monitor.id == monitor_id).scalar()
+    return Claim(monitor_id, seq, key)
+
+
 class Claim(tuple):
     """A claim as (monitor id, claim number), the pair a check message carries; `key` is the url whose fetch it
     may share with the claims next to it, or "" (engine/shared_fetch.fetch_key), so tasks/checks.batches can size
