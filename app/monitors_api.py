@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from litestar import Controller, Request, Response, get, post
+from litestar import Controller, Request, Response, delete, get, post
 from litestar.exceptions import NotFoundException, ValidationException
 from litestar.params import FromPath, FromQuery
 
@@ -15,8 +15,13 @@ from tasks.runtime import current
 from models.conversations import find_conversation
 from models.describe_data import facts_for
 from models.monitors import (
-    MonitorNotFound, TransitionRefused, change_status, find_monitor, monitor_json, user_monitors,
+    MonitorNotFound, StillRunning, TransitionRefused, change_status, delete_ended, find_monitor, monitor_json,
+    user_monitors,
 )
+from models.claims import claim_now
+from engine.describe import is_polled
+from models.tables import ACTIVE
+from tasks.checks import send_claims
 from tasks.events import publish_monitor
 from app.devices import owner_session
 from models.commands import CommandRefused, decide_command
@@ -27,6 +32,8 @@ ACTIONS = ("pause", "resume", "cancel")
 #: a command's approval: the owner's browser session only
 DECISIONS = ("approve", "deny")
 REVEALS_PER_MINUTE = 10
+#: Check now: once per this many seconds per monitor
+CHECK_NOW_SECONDS = 10
 NO_STORE = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 
 
@@ -74,6 +81,49 @@ class MonitorsController(Controller):
             return Response(render("partials/_secret.html", secret=secret), media_type="text/html", headers=NO_STORE)
         return Response({"secret": secret}, headers=NO_STORE)
 
+    @post("/{monitor_id:str}/check", status_code=202, sync_to_thread=True, responses=errors(401, 403, 404, 409, 429))
+    def check_now(self, request: Request, monitor_id: FromPath[str]) -> Response:
+        """Check a polled monitor at once, as its schedule would (no model call unless it fires); once per
+        CHECK_NOW_SECONDS per monitor. The owner's session with its CSRF token, or the account's runtime token."""
+        user, from_session = api_user(request)
+        if from_session:
+            check_csrf(request, None)
+        with connection():
+            monitor = find_monitor(user, monitor_id)
+            if monitor is None:
+                raise NotFoundException("No such monitor.")
+            refused = _not_checkable(monitor)
+            if refused:
+                return _answer(request, monitor_id, refused, 409)
+            limiter = current().limiter
+            wait = limiter.blocked_for("check-now", monitor_id, 1, CHECK_NOW_SECONDS)
+            if wait:
+                return _answer(request, monitor_id, f"It was just checked; check again in {wait} seconds.", 429,
+                               {"Retry-After": str(wait)})
+            limiter.count("check-now", monitor_id, 1, CHECK_NOW_SECONDS)
+            now = utcnow()
+            claim = claim_now(monitor_id, now)
+            if claim is None:
+                return _answer(request, monitor_id, "The monitor stopped meanwhile; reload to see why.", 409)
+            send_claims([claim], now)
+        return _answer(request, monitor_id, "Checking now; the page shows what it finds.", 202)
+
+    @delete("/{monitor_id:str}", status_code=200, sync_to_thread=True, responses=errors(403, 404, 409))
+    def delete_monitor(self, request: Request, monitor_id: FromPath[str]) -> Response:
+        """Delete a monitor that has ended (done, cancelled, expired, error) with its history; its wakes stay in
+        the conversation. The owner's browser session with its CSRF token only."""
+        user = owner_session(request)
+        with connection():
+            try:
+                delete_ended(user, monitor_id)
+            except MonitorNotFound:
+                raise NotFoundException("No such monitor.") from None
+            except StillRunning as exc:
+                return Response({"detail": str(exc), "status_code": 409}, status_code=409)
+        if request.headers.get("hx-request"):
+            return Response("", media_type="text/html")  # the row swaps itself out
+        return Response({"deleted": monitor_id})
+
     @post("/{monitor_id:str}/{action:str}", status_code=200, sync_to_thread=True,
           responses=errors(401, 403, 404, 409))
     def act(self, request: Request, monitor_id: FromPath[str], action: FromPath[str]) -> Response:
@@ -97,6 +147,27 @@ class MonitorsController(Controller):
                 return Response(render("partials/_monitor_row.html", monitor=monitor,
                                        facts=facts_for(monitor, utcnow())), media_type="text/html")
             return Response(monitor_json(monitor))
+
+
+def _not_checkable(monitor) -> str | None:
+    """Why Check now can't run for `monitor`, in a sentence, or None."""
+    if not (monitor.polled and is_polled(monitor.source or {})):
+        return ("Only a polled source (a page, feed, JSON, file, metric, command or tool poll) can be checked now; "
+                "this one is checked when its events arrive.")
+    if monitor.status != ACTIVE:
+        hint = " Resume it first." if monitor.status == "paused" else ""
+        return f"The monitor is {monitor.status.replace('_', ' ')}, so it is not checked.{hint}"
+    return None
+
+
+def _answer(request: Request, monitor_id: str, sentence: str, status: int, headers: dict | None = None) -> Response:
+    """Check now's answer: JSON for the API, the button's status line for the page (htmx)."""
+    headers = {**NO_STORE, **(headers or {})}
+    if request.headers.get("hx-request"):
+        html = render("partials/_check_now_status.html", monitor_id=monitor_id, sentence=sentence, refused=status >= 400)
+        return Response(html, media_type="text/html", status_code=status, headers=headers)
+    body = {"monitor_id": monitor_id, "checking": True} if status < 400 else {"detail": sentence, "status_code": status}
+    return Response(body, status_code=status, headers=headers)
 
 
 def _is_tool_call(user, monitor_id: str) -> bool:

@@ -123,6 +123,28 @@ def change_status(user: User, monitor_id: str, action: str) -> Monitor:
     return load_for_check(monitor.id)
 
 
+#: the statuses a monitor ends in: only such a monitor may be deleted
+ENDED = (DONE, CANCELLED, EXPIRED, ERROR)
+
+
+class StillRunning(ValueError):
+    """A monitor that has not ended can't be deleted; the message says what to do first."""
+
+
+def delete_ended(user: User, monitor_id: str) -> None:
+    """Delete one of the user's ended monitors with its history (its events, link, runs; the tables cascade). The
+    wake messages it wrote stay in their conversation."""
+    with database.atomic():
+        monitor = Monitor.get_or_none((Monitor.id == monitor_id) & (Monitor.user == user))
+        if monitor is None:
+            raise MonitorNotFound(monitor_id)
+        if monitor.status not in ENDED:
+            raise StillRunning(f"The monitor is {monitor.status.replace('_', ' ')}; cancel it first, then delete it.")
+        deleted = Monitor.delete().where((Monitor.id == monitor_id) & Monitor.status.in_(ENDED)).execute()
+        if deleted != 1:
+            raise StillRunning("The monitor changed meanwhile; try again.")
+
+
 def _is_stream(monitor: Monitor) -> bool:
     return (monitor.source or {}).get("type") == "command" and monitor.source.get("mode") == "stream"
 
