@@ -23,7 +23,8 @@ def _describe(monitor, facts=None) -> Description:
     """The row's words for `monitor` (engine/describe.py); `facts` from models/describe_data.py, if loaded."""
     facts = facts or None  # an undefined template variable reads as none
     return describe(monitor.source, monitor.check, monitor.interval_seconds, condition=monitor.condition or "",
-                    hits=getattr(facts, "hits", None), approval=getattr(facts, "approval", None))
+                    hits=getattr(facts, "hits", None), approval=getattr(facts, "approval", None),
+                    max_wakes=getattr(monitor, "max_wakes", None))
 
 
 def _is_stream(monitor) -> bool:

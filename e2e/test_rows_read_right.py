@@ -50,7 +50,7 @@ def test_trigger_and_approval_rows_read_right_and_turn_approved_live(page: Page,
     hook_row, approval_row = page.locator(f"tr#monitor-{hook_id}"), page.locator(f"tr#monitor-{approval_id}")
     expect(hook_row.locator("td.watches .url")).to_have_text(
         f"trigger link (standard_webhooks) · 0 of {hook['max_hits']} hits")
-    expect(hook_row.locator("td.watches .check")).to_have_text("every delivery")
+    expect(hook_row.locator("td.watches .check")).to_have_text("every delivery · ends after 5 wakes")
     expect(hook_row.locator("td.interval")).to_have_text("on delivery")
     expect(hook_row.locator("td.last-checked")).to_have_text("last event: none yet")
     expect(approval_row.locator("td.watches .url")).to_have_text(f"approval: {QUESTION} · open")

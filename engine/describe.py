@@ -40,12 +40,20 @@ class Description:
 
 
 def describe(source: dict, check: dict, interval_seconds: int, *, condition: str = "", hits: int | None = None,
-             approval: str | None = None) -> Description:
-    """The row's words for one monitor; `hits` is its trigger link's count, `approval` its request's state."""
+             approval: str | None = None, max_wakes: int | None = None) -> Description:
+    """The row's words for one monitor; `hits` is its trigger link's count, `approval` its request's state, and
+    a trigger link's `max_wakes` says when it ends."""
     source, check = source or {}, check or {}
-    return Description(watches=watches(source, hits=hits, approval=approval),
-                       check=check_words(source, check, condition), cadence=cadence(source, interval_seconds),
-                       polled=is_polled(source))
+    words = check_words(source, check, condition) + link_end(source, max_wakes)
+    return Description(watches=watches(source, hits=hits, approval=approval), check=words,
+                       cadence=cadence(source, interval_seconds), polled=is_polled(source))
+
+
+def link_end(source: dict, max_wakes: int | None) -> str:
+    """" · ends after 1 wake": a trigger link answers 404 once its monitor has used its wakes."""
+    if source.get("type") != "webhook" or not max_wakes:
+        return ""
+    return f" · ends after {max_wakes} wake{'s' if max_wakes != 1 else ''}"
 
 
 def is_polled(source: dict) -> bool:

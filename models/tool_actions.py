@@ -222,13 +222,22 @@ def _create_trigger(user: User, conversation: Conversation, spec, notes: list[st
     token = create_link(monitor, scheme, new_secret(scheme), spec.source.max_hits, ctx.keyring)
     url = f"{ctx.base_url}/api/triggers/{token}"
     reason = unreachable_reason(ctx.base_url)
-    notes += reach_notes(ctx.base_url)
+    notes += reach_notes(ctx.base_url) + wake_limit_notes(monitor.max_wakes)
     return monitor, {
         "monitor_id": monitor.id, "status": monitor.status, "url": url, "method": "POST", "signature": scheme,
         "secret": SECRET_HIDDEN if scheme != "none" else None, "reachable_from_internet": reason is None,
         "example_curl": example_curl(url, scheme, example_body(spec.check)), "expires_at": iso(monitor.expires_at),
-        "max_hits": spec.source.max_hits, "wakes_left": monitor.wakes_left, "notes": notes,
+        "max_hits": spec.source.max_hits, "max_wakes": monitor.max_wakes, "wakes_left": monitor.wakes_left,
+        "notes": notes,
     }
+
+
+def wake_limit_notes(max_wakes: int) -> list[str]:
+    """The default max_wakes of 1 in words: the first delivery that wakes ends the link (later POSTs get 404)."""
+    if max_wakes != 1:
+        return []
+    return ["This link ends after 1 wake: the first delivery that wakes you ends it and later POSTs get 404. "
+            "For a sender that posts progress several times, create it with max_wakes set to how many you want."]
 
 
 def reach_notes(base_url: str) -> list[str]:

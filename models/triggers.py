@@ -148,11 +148,15 @@ def reveal_secret(user_id: int, monitor_id: str, keyring: Keyring, now: datetime
 
 
 def link_cards(monitor_ids: list[str], keyring: Keyring, base_url: str, now: datetime) -> dict[str, dict]:
-    """What the owner's link cards show, by monitor id: the URL, scheme, expiry, hits, and whether it ended."""
+    """What the owner's link cards show, by monitor id: the URL, scheme, expiry, hits, the wakes it gives, and
+    whether it ended (revoked, expired, used up, or its monitor no longer live: a POST then gets 404)."""
     cards = {}
-    for link in TriggerLink.select().where(TriggerLink.monitor.in_(monitor_ids)):
-        ended = link.revoked_at is not None or link.expires_at <= now or link.hits >= link.max_hits
+    links = (TriggerLink.select(TriggerLink, Monitor.id, Monitor.status, Monitor.max_wakes).join(Monitor)
+             .where(TriggerLink.monitor.in_(monitor_ids)))
+    for link in links:
+        ended = (link.revoked_at is not None or link.expires_at <= now or link.hits >= link.max_hits
+                 or link.monitor.status not in LIVE)
         cards[link.monitor_id] = {"url": f"{base_url}/api/triggers/{keyring.decrypt(link.token_encrypted)}",
                                   "signature": link.signature, "expires_at": link.expires_at, "hits": link.hits,
-                                  "max_hits": link.max_hits, "ended": ended}
+                                  "max_hits": link.max_hits, "max_wakes": link.monitor.max_wakes, "ended": ended}
     return cards

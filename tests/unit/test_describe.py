@@ -193,6 +193,14 @@ def test_describe_check_every_call_by_source():
     assert describe(PAGE, {"type": "every_call"}, 900).check == "every check"
 
 
+def test_describe_trigger_link_says_after_how_many_wakes_it_ends():
+    assert describe({"type": "webhook"}, {"type": "every_call"}, 0, max_wakes=1).check == \
+        "every delivery · ends after 1 wake"
+    assert describe({"type": "webhook"}, {"type": "every_call"}, 0, max_wakes=20).check == \
+        "every delivery · ends after 20 wakes"
+    assert describe(PAGE, {"type": "change"}, 900, max_wakes=3).check == "any change"
+
+
 def test_describe_check_with_a_judge_condition():
     d = words(PAGE, condition="the price dropped below what it was")
     assert d.check == "any change, then judged: the price dropped below what it was"
