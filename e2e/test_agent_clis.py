@@ -12,12 +12,10 @@ failed, so the tests check what happened in Vigil, not exit codes.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
 import os
 import queue
 import re
-import shutil
 import signal
 import subprocess
 import threading
@@ -28,7 +26,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.conftest import REQUIRE_SERVICES
+from tests.npm_tools import npm_bin
 from tests.processes import VIGIL, vigil
 from tests.scripted_agent_models import FINAL, MessagesModel, ResponsesModel
 
@@ -36,60 +34,16 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "agents.md"
-CLIS = ROOT / ".cache" / "agent-clis"
-#: the versions tested; bump them together with docs/agents.md when a CLI changes its configuration
-PINNED = {"@openai/codex": "0.171.0", "@anthropic-ai/claude-code": "2.1.332"}
 DOCUMENTED_URL = "http://127.0.0.1:8000/mcp"
 EMAIL = "agent-clis-owner@example.com"
 CLI_SECONDS = 180
-#: what npm prints when it cannot reach the registry
-_OFFLINE = re.compile(r"ENOTFOUND|EAI_AGAIN|ECONNREFUSED|ECONNRESET|ETIMEDOUT|ENETUNREACH|EHOSTUNREACH|"
-                      r"network|socket hang up", re.I)
 _CONVERSATION = re.compile(r"conversation_id ([\w-]+)")
-
-
-def _unavailable(message: str) -> None:
-    if REQUIRE_SERVICES:
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-def _installed(package: str) -> str | None:
-    try:
-        return json.loads((CLIS / "node_modules" / package / "package.json").read_text())["version"]
-    except (OSError, ValueError, KeyError):
-        return None
 
 
 @pytest.fixture(scope="session")
 def agent_clis() -> Path:
-    """The directory holding `codex` and `claude`: .cache/agent-clis/node_modules/.bin, installed when missing.
-    A lock keeps two test workers from installing into it at once."""
-    bin_dir = CLIS / "node_modules" / ".bin"
-    CLIS.mkdir(parents=True, exist_ok=True)
-    with open(CLIS.parent / "agent-clis.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (all(_installed(p) == v for p, v in PINNED.items()) and (bin_dir / "codex").exists()
-                and (bin_dir / "claude").exists()):
-            _install()
-    return bin_dir
-
-
-def _install() -> None:
-    npm = shutil.which("npm")
-    if npm is None:
-        _unavailable("npm is not installed, so Codex and Claude Code cannot be installed; install Node.js 20+")
-    command = [npm, "install", "--prefix", str(CLIS), "--save-exact", "--no-audit", "--no-fund", "--loglevel=error",
-               *(f"{p}@{v}" for p, v in PINNED.items())]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    except subprocess.TimeoutExpired:
-        _unavailable("npm install of the agent CLIs took over 10 minutes; is the npm registry reachable?")
-    if done.returncode != 0:
-        output = done.stdout + done.stderr
-        if _OFFLINE.search(output):
-            _unavailable(f"the npm registry is unreachable, so the agent CLIs cannot be installed:\n{output[-1500:]}")
-        pytest.fail(f"npm install of {', '.join(PINNED)} failed:\n{output[-3000:]}")
+    """The directory holding `codex` and `claude` (tests/npm_tools.py installs them when missing)."""
+    return npm_bin()
 
 
 def documented_block(language: str, marker: str) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import time
 
@@ -26,6 +25,7 @@ import tool_schema
 from app import mcp_server
 from models.tables import Conversation, Monitor
 from tests.integration.helpers import db, run_coroutine, running_stack
+from tests.npm_tools import npm_bin
 from tests.reliability.stack import Stack
 
 TOOLS = ["monitor_create", "monitor_list", "monitor_cancel", "wakes_read"]
@@ -362,12 +362,11 @@ def _type_lists(schema: object) -> list:
     return []
 
 
-@pytest.mark.skipif(not os.environ.get("VIGIL_MCP_INSPECTOR"), reason="set VIGIL_MCP_INSPECTOR to the mcp-inspector "
-                    "binary (npm install @modelcontextprotocol/inspector@2.12)")
 def test_mcp_tools_pass_the_inspector_cli_strict_check(web, owner):
-    """The MCP Inspector CLI's --strict portability check (type lists, and whatever else it knows) finds nothing."""
+    """The MCP Inspector CLI's --strict portability check (type lists, and whatever else it knows) finds nothing.
+    The Inspector is installed from npm at its pinned version (tests/npm_tools.py)."""
     checked = subprocess.run(
-        [os.environ["VIGIL_MCP_INSPECTOR"], "--cli", f"{web.base}/mcp", "--transport", "http",
+        [str(npm_bin() / "mcp-inspector"), "--cli", f"{web.base}/mcp", "--transport", "http",
          "--header", f"Authorization: Bearer {owner[1]}", "--method", "tools/list", "--strict"],
         capture_output=True, text=True, timeout=120)
     assert checked.returncode == 0, (checked.returncode, checked.stderr[-3000:])
