@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from litestar import Litestar, Request, Response, asgi
+from litestar.exceptions import HTTPException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.plugins.jinja import JinjaTemplateEngine
 from litestar.static_files import create_static_files_router
@@ -12,6 +13,7 @@ from litestar.template.config import TemplateConfig
 from litestar.types import Receive, Scope, Send
 
 from app import unavailable
+from app.error_pages import http_error
 from app.actions import ActionsController
 from app.approvals import ApprovalsController
 from app.auth import session_cookies
@@ -78,7 +80,8 @@ def create_app(settings: Settings) -> Litestar:
                         create_static_files_router(path="/static", directories=[STATIC])],
         middleware=[security_headers, lanes_middleware, credential_gate, json_depth(settings.API_MAX_BODY_BYTES), session_cookies],
         before_request=ids_in_range,
-        exception_handlers={**unavailable.HANDLERS, RequestEntityTooLarge: _too_large(settings.API_MAX_BODY_BYTES)},
+        exception_handlers={**unavailable.HANDLERS, RequestEntityTooLarge: _too_large(settings.API_MAX_BODY_BYTES),
+                            HTTPException: http_error},
         request_max_body_size=settings.API_MAX_BODY_BYTES,
         on_shutdown=[_hand_over_deliveries],
         lifespan=[mcp_lifespan],
