@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import requests
 
 
@@ -32,3 +34,14 @@ def wake_messages(stack, conversation: str) -> list[dict]:
         return []
     response.raise_for_status()
     return [m for m in response.json()["messages"] if m["role"] == "wake"]
+
+
+def wait_for(what: str, predicate, timeout: float = 30, interval: float = 0.2):
+    """Polls until `predicate()` is truthy and returns it; fails naming `what` at the deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")

@@ -19,13 +19,13 @@ import re
 import signal
 import subprocess
 import threading
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 import requests
 
+from e2e.api import wait_for
 from tests.npm_tools import npm_bin
 from tests.processes import VIGIL, vigil
 from tests.scripted_agent_models import FINAL, MessagesModel, ResponsesModel
@@ -151,17 +151,6 @@ def documented_shell(marker: str, account, conversation: str) -> str:
             .replace("vgl_…", account.token).replace("acme-price", conversation))
 
 
-def wait_for(what: str, predicate, timeout: float = 120, interval: float = 0.2):
-    """Polls until `predicate()` is truthy and returns it; fails naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def assert_armed(account, conversation: str, output: str) -> None:
     monitors = live_monitors(account, conversation)
     assert monitors, f"no monitor in Vigil for {conversation}; the CLI said:\n{output[-3000:]}"
@@ -195,7 +184,7 @@ def test_codex_creates_a_monitor_and_its_wake_resumes_the_session_as_documented(
             assert_armed(account, conversation, output)
             price_page(pages, conversation, "88.20")
             [resumed, *_] = wait_for("the wake line to resume the Codex session", lambda: [
-                r for r in model.requests if "[vigil] ACMEB below $90" in json.dumps(r.get("input"))])
+                r for r in model.requests if "[vigil] ACMEB below $90" in json.dumps(r.get("input"))], timeout=120)
         finally:
             os.killpg(watcher.pid, signal.SIGTERM)
             watcher.wait(timeout=15)

@@ -20,7 +20,7 @@ import pytest
 import requests
 from standardwebhooks import Webhook
 
-from e2e.api import wake_messages
+from e2e.api import wait_for, wake_messages
 from tests.processes import start, start_on_free_port, terminate, vigil
 from tests.scripted_model import ARMED, ASK, ScriptedModel
 
@@ -140,17 +140,6 @@ def runtimes(account, model, tmp_path):
             runtime.stop()
     for endpoint_id in {r.endpoint["id"] for r in started if (r.state / "endpoint.json").exists()}:
         requests.delete(f"{account.base}/api/wake-endpoints/{endpoint_id}", headers=account.auth, timeout=10)
-
-
-def wait_for(what: str, predicate, timeout: float = 30, interval: float = 0.2):
-    """Polls until `predicate()` is truthy and returns it; fails naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def holds_for(predicate, seconds: float) -> bool:
