@@ -15,46 +15,29 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.scripted_model import ModelServer
 
 FINAL = "The Vigil monitor is armed."
 #: the tool Claude Code loads deferred tools with
 SEARCH = "ToolSearch"
 
 
-class _ScriptedModel:
+class _ScriptedModel(ModelServer):
     #: the path (without query) the API answers on
     PATH = ""
 
     def __init__(self, tool: str, arguments: Callable[[str], dict]) -> None:
+        super().__init__(_Handler)
         self.tool, self.arguments = tool, arguments
-        self.requests: list[dict] = []
         self.calls: list[str] = []  # the tool names the model was made to call
         self.results: list[str] = []  # what the scripted tool's calls returned, as the model was shown it
-        self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        self._server.model = self  # type: ignore[attr-defined]
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-    def record(self, body: dict) -> int:
-        with self._lock:
-            self.requests.append(body)
-            return len(self.requests)
+        return self.origin
 
     def offered(self, body: dict) -> str | None:
         """The name under which the request offers the scripted tool (each CLI prefixes it its own way)."""

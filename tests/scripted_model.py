@@ -31,27 +31,28 @@ _FENCED = re.compile(r"<<<(.*?)>>>", re.S)
 _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
-class ScriptedModel:
-    def __init__(self, page_url: str = "", interval: str = "1s") -> None:
-        self.page_url = page_url
-        self.interval = interval
+class ModelServer:
+    """A model API on 127.0.0.1 (port 0) served by `handler` (which finds this object as `self.server.model`),
+    recording every request body; a context manager, or .start() … .stop()."""
+
+    def __init__(self, handler) -> None:
         self.requests: list[dict] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         self._server.model = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+    def origin(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     @property
     def count(self) -> int:
         with self._lock:
             return len(self.requests)
 
-    def start(self) -> "ScriptedModel":
+    def start(self):
         self._thread.start()
         return self
 
@@ -59,7 +60,7 @@ class ScriptedModel:
         self._server.shutdown()
         self._server.server_close()
 
-    def __enter__(self) -> "ScriptedModel":
+    def __enter__(self):
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -69,6 +70,17 @@ class ScriptedModel:
         with self._lock:
             self.requests.append(body)
             return len(self.requests)
+
+
+class ScriptedModel(ModelServer):
+    def __init__(self, page_url: str = "", interval: str = "1s") -> None:
+        super().__init__(_Handler)
+        self.page_url = page_url
+        self.interval = interval
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.origin}/v1"
 
     def answer(self, body: dict, number: int) -> dict:
         """The assistant message for one request."""
