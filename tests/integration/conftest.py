@@ -14,6 +14,7 @@ from models.db import bind
 from models.migrate import migrate
 from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL, require
 from adapters.settings import Settings
+from tests.integration.embedded import laptop  # noqa: F401  (a fixture: the default install with its local runner)
 
 
 @pytest.fixture(scope="session")
