@@ -67,7 +67,8 @@ class ConnectionsController(Controller):
         try:
             _add(user, data.get("name"), data.get("url"), data.get("bearer_token") or None)
         except ToolRefused as exc:
-            return _page(request, user, error=str(exc), status=exc.status)
+            return _page(request, user, error=str(exc), status=exc.status,  # the form keeps what was typed,
+                         typed={key: data.get(key, "") for key in ("name", "url")})  # not the token
         return Redirect("/settings/connections", status_code=303)
 
 
@@ -97,10 +98,10 @@ def _session_only(request: Request):
     return user
 
 
-def _page(request: Request, user, error: str | None = None, status: int = 200) -> Response:
+def _page(request: Request, user, error: str | None = None, status: int = 200, typed: dict | None = None) -> Response:
     if user is None:
         return Redirect("/login?next=/settings/connections")
     with connection():
         context = {"user": user, "connections": [connection_json(c) for c in user_connections(user)],
-                   "conversations": user_conversations(user), "error": error}
+                   "conversations": user_conversations(user), "error": error, "typed": typed or {}}
     return Template("pages/connections.html", context={**context, "csrf": csrf_token(request)}, status_code=status)

@@ -40,7 +40,8 @@ class ModelsController(Controller):
                 save_entry(runtime.keyring, user.id, data.get("name", ""), base_url, data.get("model", ""),
                            data.get("api_key", ""), data.get("api_version", ""), allow_private=allow_private)
         except CatalogError as exc:
-            return self._render(request, error=str(exc), status_code=400)
+            return self._render(request, error=str(exc), status_code=400,  # the form keeps what was typed, not the key
+                                typed={key: data.get(key, "") for key in ("name", "base_url", "model", "api_version")})
         return Redirect("/settings/models", status_code=303)
 
     @post("/{name:str}/delete", sync_to_thread=True)
@@ -54,12 +55,13 @@ class ModelsController(Controller):
                 raise NotFoundException("No such model.")
         return Redirect("/settings/models", status_code=303)
 
-    def _render(self, request: Request, error: str | None, status_code: int = 200) -> Response:
+    def _render(self, request: Request, error: str | None, status_code: int = 200, typed: dict | None = None
+                ) -> Response:
         user = session_user(request)
         if user is None:
             return Redirect("/login")
         with connection():
             context = {"user": user, "models": entries(user.id), "conversations": user_conversations(user),
-                       "fallback": current().judge_policy.fallback, "error": error}
+                       "fallback": current().judge_policy.fallback, "error": error, "typed": typed or {}}
         return Template("pages/models.html", context={**context, "csrf": csrf_token(request)},
                         status_code=status_code)

@@ -14,6 +14,7 @@ from litestar.response import Redirect, Template
 
 from app.auth import bearer_token, browser_session, check_csrf, csrf_token, session_user, sign_out
 from app.login_limits import LoginLocked, checked_login
+from app.once import keep_once, take_once
 from app.pages import Form
 from models import connection
 from engine.tokens import verify_password
@@ -24,6 +25,7 @@ OWNER_ONLY = ("Only the owner, signed in to Vigil in a browser, can list, create
               "runtime token never can.")
 NO_SUCH_TOKEN = "No runtime token with this id on your account."
 NO_STORE = {"Cache-Control": "no-store"}
+PAGE = "/settings/tokens"
 
 
 class TokensController(Controller):
@@ -62,17 +64,21 @@ class TokensController(Controller):
         user = session_user(request)
         if user is None:
             return Redirect("/login?next=/settings/tokens")
-        return _page(request, user)
+        new, cookies = take_once(request, PAGE)  # the token just made, shown on this one view after the redirect
+        return _page(request, user, new=new, cookies=cookies)
 
-    @post("/settings/tokens", sync_to_thread=True)
+    @post("/settings/tokens", status_code=303, sync_to_thread=True)
     def create_from_form(self, request: Request, data: Annotated[dict[str, str], Form]) -> Response:
         user = _owner(request, unsafe=True, submitted=data.get("_csrf"))
         try:
             with connection():
                 row, token = issue_token(user, data.get("label", ""))
         except AccountError as exc:
-            return _page(request, user, error=f"No token was created: {exc}.", status=400)
-        return _page(request, user, new={"label": row.label, "token": token})
+            return _page(request, user, error=f"No token was created: {exc}.", status=400,
+                         label=data.get("label", ""))
+        # POST-redirect-GET: the page after the redirect shows the token once; a reload makes no second one
+        return Redirect(PAGE, status_code=303, cookies=[keep_once(request, PAGE, {"label": row.label,
+                                                                                  "token": token})])
 
     @post("/settings/tokens/{token_id:int}/revoke", sync_to_thread=True)
     def revoke_from_form(self, request: Request, token_id: FromPath[int],
@@ -130,9 +136,10 @@ def _owner(request: Request, unsafe: bool = False, submitted: str | None = None)
 
 
 def _page(request: Request, user, new: dict | None = None, error: str | None = None, status: int = 200,
-          account_error: str | None = None, notice: str | None = None, headers: dict | None = None) -> Response:
+          account_error: str | None = None, notice: str | None = None, headers: dict | None = None,
+          label: str = "", cookies: list | None = None) -> Response:
     with connection():
         context = {"user": user, "tokens": user_tokens(user), "conversations": user_conversations(user),
-                   "new": new, "error": error, "account_error": account_error, "notice": notice}
+                   "new": new, "error": error, "account_error": account_error, "notice": notice, "label": label}
     return Template("pages/tokens.html", context={**context, "csrf": csrf_token(request)}, status_code=status,
-                    headers={**NO_STORE, **(headers or {})})
+                    headers={**NO_STORE, **(headers or {})}, cookies=cookies)

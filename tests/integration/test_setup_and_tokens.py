@@ -321,13 +321,28 @@ def test_tokens_form_shows_the_new_token_once_with_a_copy_button(client, owner):
     login(client)
     page = client.get("/settings/tokens")
     assert 'href="/settings/tokens">Tokens</a>' in page.text
-    made = client.post("/settings/tokens", data={"label": "ci box", "_csrf": csrf_of(page.text)})
-    assert made.status_code == 200 and 'data-copy-from="#new-token-value"' in made.text
-    assert '<script src="/static/vigil.js"' in made.text and "<script>" not in made.text  # no inline script (CSP)
-    token = re.search(r'id="new-token-value" value="(vgl_[^"]+)"', made.text).group(1)
-    again = client.get("/settings/tokens").text
-    assert token not in again and "ci box" in again
+    made = client.post("/settings/tokens", data={"label": "ci box", "_csrf": csrf_of(page.text)},
+                       follow_redirects=False)
+    assert made.status_code == 303 and made.headers["location"] == "/settings/tokens" and "vgl_" not in made.text
+    shown = client.get("/settings/tokens")  # the redirect's view: the token, once
+    assert 'data-copy-from="#new-token-value"' in shown.text and shown.headers["cache-control"] == "no-store"
+    assert '<script src="/static/vigil.js"' in shown.text and "<script>" not in shown.text  # no inline script (CSP)
+    token = re.search(r'id="new-token-value" value="(vgl_[^"]+)"', shown.text).group(1)
+    again = client.get("/settings/tokens").text  # a reload: no token shown, none made
+    assert token not in again and "ci box" in again and 'id="new-token-value"' not in again
+    with db():
+        assert sorted(t.label for t in ApiToken.select()) == ["", "ci box"]
     assert client.get("/api/monitors", headers=bearer(token)).status_code == 200
+
+
+def test_tokens_form_keeps_the_typed_label_on_an_error_and_refuses_a_5000_character_one(client, owner):
+    login(client)
+    csrf = page_csrf(client)
+    refused = client.post("/settings/tokens", data={"label": "a" * 5000, "_csrf": csrf}, follow_redirects=False)
+    assert refused.status_code == 400 and "the label must be text of at most 100 characters" in refused.text
+    assert f'value="{"a" * 5000}"' in refused.text and "vgl_" not in refused.text
+    with db():
+        assert [t.label for t in ApiToken.select()] == [""]
 
 
 def test_tokens_revoked_token_is_401_at_once_another_still_works(client, owner):
