@@ -17,7 +17,7 @@ from models import connection, utcnow
 from models.conversations import user_conversations
 from models.events import history, item_json
 from models.monitors import find_monitor, monitor_json
-from models.readings import is_numeric, latest_change, monitor_chart
+from models.readings import is_numeric, is_text_change, latest_change, monitor_chart
 from models.tables import ACTIVE, Message
 
 MAX_LIMIT = 200
@@ -82,7 +82,7 @@ def pictures(monitor) -> dict:
     """What the chart and diff partials render, from the stored events only: a numeric monitor's readings
     (models/readings.monitor_chart), a page monitor's latest change word by word (latest_change)."""
     return {"monitor": monitor, "chart_shown": is_numeric(monitor), "chart": monitor_chart(monitor, utcnow()),
-            "change": latest_change(monitor)}
+            "diff_shown": is_text_change(monitor), "change": latest_change(monitor)}
 
 
 def picture_partial(request: Request, monitor_id: str, which: str) -> Response:

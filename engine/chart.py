@@ -15,9 +15,9 @@ from datetime import datetime
 from engine.checks.threshold import OP_NAMES
 
 #: the chart's coordinate system (its viewBox); the SVG scales to the width of its container
-WIDTH, HEIGHT = 400, 190
+WIDTH, HEIGHT = 360, 190
 #: the plot area inside it: a gutter on the left for the min/max labels, a line at the bottom for the times
-LEFT, RIGHT, TOP, BOTTOM = 62, 392, 18, 158
+LEFT, RIGHT, TOP, BOTTOM = 62, 352, 18, 158
 #: the highest value is drawn this far below the top of the plot, the lowest this far above its bottom
 INSET = 8
 #: the event kinds whose data carries a reading (engine/explain.change_data's before → after)
@@ -74,6 +74,15 @@ def when(at: datetime) -> str:
     return at.strftime("%Y-%m-%d %H:%M UTC")
 
 
+def time_labels(first: datetime, last: datetime) -> tuple[str, str]:
+    """The axis's first and last time, short enough to sit side by side: the date once when both fall on the
+    same day, the seconds when the span is under ten minutes."""
+    clock = "%H:%M:%S" if (last - first).total_seconds() < 600 else "%H:%M"
+    if first.date() == last.date():
+        return first.strftime(f"%Y-%m-%d {clock}"), last.strftime(f"{clock} UTC")
+    return first.strftime(f"%Y-%m-%d {clock}"), last.strftime(f"%Y-%m-%d {clock} UTC")
+
+
 def parse_reading(text: object) -> float | None:
     """A number as change_data stored it ("95.10", "1e+20"), or None ("—", missing, not finite)."""
     if isinstance(text, bool):
@@ -126,7 +135,7 @@ def build_chart(readings: list[Reading], now: datetime, threshold: float | None 
     limit = threshold if threshold is not None and math.isfinite(threshold) else None
     label = f"{OP_NAMES.get(op, op)} {number(limit)}".strip() if limit is not None else ""
     return Chart(WIDTH, HEIGHT, line, points, y_of(limit) if limit is not None else None, label,
-                 number(hi), number(lo), when(readings[0].at), when(end), f"Readings of {what}",
+                 number(hi), number(lo), *time_labels(readings[0].at, end), f"Readings of {what}",
                  _describe(readings, end, label))
 
 

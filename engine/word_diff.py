@@ -15,7 +15,8 @@ from dataclasses import dataclass
 #: the most characters of each side compared; beyond it the diff says it was cut
 MAX_CHARS = 4000
 SAME, ADDED, REMOVED = "same", "added", "removed"
-_TOKENS = re.compile(r"\s+|[^\s]+")
+#: the units compared: runs of space, numbers whole ("4.1", "1,234.50", "18:40"), words, each punctuation mark
+_TOKENS = re.compile(r"\s+|\d+(?:[.,:]\d+)*|\w+|[^\w\s]")
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,14 @@ def monitor_chart(monitor, now: datetime) -> Chart | None:
                        until=monitor.last_checked_at, what=monitor.description)
 
 
+def is_text_change(monitor) -> bool:
+    """A change check: its events keep the lines that came and went (the only check that stores text)."""
+    return (monitor.check or {}).get("type") == "change"
+
+
 def latest_change(monitor) -> tuple[dict, WordDiff | None] | None:
     """The newest stored text change ({"at", "kind"}) and its word diff; None when the monitor has kept none."""
-    if is_numeric(monitor):
+    if not is_text_change(monitor):
         return None
     rows = (MonitorRun.select(MonitorRun.kind, MonitorRun.created_at, MonitorRun.data)
             .where((MonitorRun.monitor == monitor.id) & MonitorRun.kind.in_(("changed", "fired")))

@@ -23,7 +23,7 @@ def test_a_threshold_monitors_page_charts_its_readings_with_the_threshold_and_th
     chart = section(client, monitor_id, "chart")
     assert chart is not None and chart["hx-trigger"] == f"sse:monitor-{monitor_id}"
     svg = chart.select_one("svg.chart-svg")
-    assert svg["viewbox"] == "0 0 400 190" and svg["preserveaspectratio"] == "xMidYMid meet"
+    assert svg["viewbox"] == "0 0 360 190" and svg["preserveaspectratio"] == "xMidYMid meet"
     assert svg["role"] == "img" and svg.select_one("title").get_text() == "Readings of ACMEB below 90"
     desc = svg.select_one("desc").get_text()
     assert desc.startswith("3 readings from ") and "between 88.2 and 95.1; the latest is 88.2." in desc
@@ -50,13 +50,15 @@ def test_a_threshold_monitor_at_its_baseline_charts_its_one_reading(client, owne
 def test_a_changed_page_monitor_shows_its_latest_change_word_by_word(client, owner, pages, run_due_checks):
     monitor_id = make_monitor(client, owner[1], pages.set("/q", quote("95.10")), check={"type": "change"},
                               description="ACMEB price page", max_wakes=3)
+    login(client)
+    assert "No change yet" in section(client, monitor_id, "diff").get_text()
     check_at(pages, run_due_checks, "91.30")
     check_at(pages, run_due_checks, "88.20 &lt;script&gt;alert(1)&lt;/script&gt;")
     login(client)
     diff = section(client, monitor_id, "diff")
     assert diff is not None and section(client, monitor_id, "chart") is None
-    assert [d.get_text() for d in diff.select("p.word-diff del.removed")] == ["$91.30"]
-    assert [i.get_text() for i in diff.select("p.word-diff ins.added")] == ["$88.20 <script>alert(1)</script>"]
+    assert [d.get_text() for d in diff.select("p.word-diff del.removed")] == ["91.30"]
+    assert [i.get_text() for i in diff.select("p.word-diff ins.added")] == ["88.20 <script>alert(1)</script>"]
     assert diff.select("p.word-diff script") == [], "the page's text is shown as text, never as markup"
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in client.get(f"/monitors/{monitor_id}/pictures/diff").text
 

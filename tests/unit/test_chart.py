@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from engine.chart import BOTTOM, INSET, LEFT, RIGHT, TOP, Reading, build_chart, parse_reading, readings_of
+from engine.chart import (
+    BOTTOM, INSET, LEFT, RIGHT, TOP, Reading, build_chart, parse_reading, readings_of, time_labels,
+)
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=timezone.utc)
 
@@ -26,7 +28,7 @@ def test_build_chart_scales_the_highest_to_the_top_the_lowest_to_the_bottom_the_
     assert (last.x, last.y) == (RIGHT, BOTTOM - INSET)
     assert middle.x == (LEFT + RIGHT) / 2 and TOP + INSET < middle.y < BOTTOM - INSET
     assert (chart.max_label, chart.min_label) == ("95", "88")
-    assert (chart.first_label, chart.last_label) == ("2026-03-01 09:00 UTC", "2026-03-01 10:00 UTC")
+    assert (chart.first_label, chart.last_label) == ("2026-03-01 09:00", "10:00 UTC")
 
 
 def test_build_chart_draws_the_threshold_between_the_values_it_lies_between():
@@ -46,13 +48,18 @@ def test_build_chart_holds_each_value_until_the_next_reading_and_the_last_until_
     chart = build_chart([Reading(at(0), 5), Reading(at(10), 7)], at(40), until=at(20))
     coords = line_coords(chart)
     assert coords[1][1] == coords[0][1] and coords[1][0] == coords[2][0], "a step: held, then the new value"
-    assert coords[-1][0] == RIGHT and chart.last_label == "2026-03-01 09:20 UTC"
+    assert coords[-1][0] == RIGHT and chart.last_label == "09:20 UTC"
     assert chart.points[1].x < RIGHT, "the last reading came before the last check"
+
+
+def test_time_labels_name_the_date_once_a_day_and_the_seconds_of_a_short_span():
+    assert time_labels(at(0), at(3)) == ("2026-03-01 09:00:00", "09:03:00 UTC")
+    assert time_labels(at(0), at(24 * 60 + 5)) == ("2026-03-01 09:00", "2026-03-02 09:05 UTC")
 
 
 def test_build_chart_never_draws_past_now():
     chart = build_chart([Reading(at(0), 5), Reading(at(10), 7)], now=at(10), until=at(99))
-    assert chart.last_label == "2026-03-01 09:10 UTC"
+    assert chart.last_label == "09:10 UTC"
 
 
 def test_build_chart_marks_the_points_where_it_fired():

@@ -11,8 +11,19 @@ from engine.word_diff import ADDED, REMOVED, SAME, diff_of_change, sides_of, wor
 
 def test_word_diff_marks_the_words_that_went_and_came_and_keeps_the_rest():
     diff = word_diff("Price: $10 in stock", "Price: $12 in stock")
-    assert diff.parts == ((SAME, "Price: "), (REMOVED, "$10"), (ADDED, "$12"), (SAME, " in stock"))
+    assert diff.parts == ((SAME, "Price: $"), (REMOVED, "10"), (ADDED, "12"), (SAME, " in stock"))
     assert diff.changed and not diff.cut
+
+
+def test_word_diff_keeps_punctuation_apart_from_the_words():
+    diff = word_diff("the login loop and adds dark mode.", "the login loop, adds dark mode.")
+    assert diff.parts == ((SAME, "the login loop"), (REMOVED, " and"), (ADDED, ","), (SAME, " adds dark mode."))
+
+
+def test_word_diff_keeps_a_number_whole():
+    diff = word_diff("Version 4.1 costs $1,234.50", "Version 4.2 costs $1,299.00")
+    assert diff.parts == ((SAME, "Version "), (REMOVED, "4.1"), (ADDED, "4.2"), (SAME, " costs $"),
+                          (REMOVED, "1,234.50"), (ADDED, "1,299.00"))
 
 
 def test_word_diff_of_equal_text_has_no_change():
@@ -44,7 +55,7 @@ def test_diff_partial_shows_a_script_in_the_page_text_as_text():
     class Monitor:
         id = "m1"
     diff = diff_of_change(describe_change("Price: $10", 'Price: <script>alert("x")</script> $12'))
-    html = render("partials/_monitor_diff.html", monitor=Monitor(), change=({"at": None}, diff))
+    html = render("partials/_monitor_diff.html", monitor=Monitor(), diff_shown=True, change=({"at": None}, diff))
     assert "<script>" not in html and "&lt;script&gt;alert(" in html
-    assert '<ins class="added">&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; $12</ins>' in html
-    assert '<del class="removed">$10</del>' in html
+    assert '<ins class="added">&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; </ins>' in html
+    assert '<del class="removed">10</del><ins class="added">12</ins>' in html
