@@ -112,7 +112,7 @@ def test_approval_link_decision_wakes_owner_conversation_live(page: Page, public
     # Context A: the owner has the conversation open, its event stream connected.
     mark_event_stream_open(page)
     pk = open_conversation(page, stack, CONVERSATION)
-    page.wait_for_function("window.__sseOpen === true", timeout=LIVE)
+    page.wait_for_function("() => window.__sseOpen === true", timeout=LIVE)
     messages = page.locator(f"ol#messages-{pk}")
     expect(messages.locator("li.message")).to_have_count(0)
     status = page.locator(f"tr#monitor-{monitor_id} td.status")

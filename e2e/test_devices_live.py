@@ -135,7 +135,7 @@ def open_devices_page(page: Page, stack) -> None:
     page.get_by_role("link", name="Devices").click()
     expect(page).to_have_url(f"{stack.base}/settings/devices")
     expect(page.locator("h1")).to_have_text("Devices")
-    page.wait_for_function("window.__sseOpen === true", timeout=LIVE)
+    page.wait_for_function("() => window.__sseOpen === true", timeout=LIVE)
 
 
 def device_row(page: Page, device_id: int):
@@ -150,7 +150,7 @@ def test_devices_page_shows_paired_device_appear_go_offline_and_online_live(page
     open_devices_page(page, stack)
     with screenshot_on_failure(page, screenshots, "devices-presence"):
         server, code = pair_from_page(page, stack, "e2e-laptop")
-        page.wait_for_function("window.__sseOpen === true", timeout=LIVE)  # the pairing form's answer reconnects
+        page.wait_for_function("() => window.__sseOpen === true", timeout=LIVE)  # the pairing form's answer reconnects
         rows = page.locator("tbody#devices tr.device")
         shown_before = rows.count()
         assert shown_before == len(api_devices(stack)), "the page does not list the owner's devices"
@@ -243,7 +243,7 @@ def test_approving_command_on_conversation_page_arms_it_and_device_line_wakes_li
 
     mark_event_stream_open(page)
     pk = open_conversation(page, stack, CONVERSATION)
-    page.wait_for_function("window.__sseOpen === true", timeout=LIVE)
+    page.wait_for_function("() => window.__sseOpen === true", timeout=LIVE)
     with screenshot_on_failure(page, screenshots, "command-approval"):
         # The card names the device and the exact command, and asks.
         card = page.locator(f"section#command-{monitor_id}")

@@ -48,7 +48,7 @@ def test_document_watch_wake_arrives_live_on_the_conversation_page_after_a_put(p
 
     mark_event_stream_open(page)
     pk = open_conversation(page, stack, CONVERSATION)
-    page.wait_for_function("window.__sseOpen === true", timeout=LIVE)
+    page.wait_for_function("() => window.__sseOpen === true", timeout=LIVE)
     item = page.locator(f"li#conversation-{pk}")
     expect(item.locator(".watching")).to_be_visible()
     messages = page.locator(f"ol#messages-{pk}")

@@ -82,7 +82,7 @@ def test_newcomer_goes_from_setup_to_a_token_to_the_readme_curl_to_a_live_wake(p
     mark_event_stream_open(page)
     page.goto(f"{base}/settings/monitors")
     page.locator("aside.sidebar li a", has_text=conversation).click()
-    page.wait_for_function("window.__sseOpen === true", timeout=LIVE)
+    page.wait_for_function("() => window.__sseOpen === true", timeout=LIVE)
     pages.set("/acmeb", '<html><body><span id="price">88.20</span></body></html>')
     wake = page.locator("li.message.wake").first
     expect(wake).to_contain_text("88.20 is below 90 (was 95.10)", timeout=LIVE)

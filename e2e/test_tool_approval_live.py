@@ -97,7 +97,7 @@ def test_tool_call_approved_on_conversation_page_arms_it_and_first_fire_arrives_
 
     mark_event_stream_open(page)
     pk = open_conversation(page, stack, CONVERSATION)
-    page.wait_for_function("window.__sseOpen === true", timeout=LIVE)
+    page.wait_for_function("() => window.__sseOpen === true", timeout=LIVE)
     try:
         # The card names the agent, the tool and the exact arguments, and asks.
         card = page.locator(f"section#command-{monitor_id}")

@@ -57,7 +57,7 @@ def test_signed_link_card_reveal_and_example_curl_wake_live(page: Page, browser:
     # The owner opens the conversation from the sidebar and finds the link card.
     mark_event_stream_open(page)
     pk = open_conversation(page, stack, CONVERSATION)
-    page.wait_for_function("window.__sseOpen === true", timeout=LIVE)
+    page.wait_for_function("() => window.__sseOpen === true", timeout=LIVE)
     documents = watch_for_reloads(page)
 
     card = page.locator(f"section#trigger-{monitor_id}")
