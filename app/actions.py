@@ -21,7 +21,7 @@ from engine.errors import SpecError
 from models import connection, utcnow
 from models.monitors import MonitorNotFound, TransitionRefused, change_status, seed_state
 from models.tool_actions import LimitReached, Prepared, ToolError, conversation_to_wake, prepare_create
-from tasks.events import publish_monitor
+from tasks.events import publish_created, publish_monitor
 
 
 class ActionsController(Controller):
@@ -47,7 +47,7 @@ class ActionsController(Controller):
             assert not isinstance(created, Prepared)  # documents and times take no first check
             monitor, result = created
             queue_first_check(monitor)
-            publish_monitor(monitor)
+            publish_created(monitor)
         return Response(_created(monitor, result))
 
     @post("/cancel", status_code=200, sync_to_thread=True, responses=errors(400, 401, 404, 409, 429))

@@ -13,6 +13,7 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from adapters.metrics import counting_clients
 from app.auth import api_user, csrf_token, session_user
+from app.live import CREATED, created_fragments
 from app.pages import approval_cards, trigger_cards
 from app.templating import env, render
 from models import connection, utcnow
@@ -63,7 +64,10 @@ async def _as_json(name: str, data: dict) -> list[ServerSentEventMessage]:
 
 
 async def _as_html(user, name: str, data: dict, csrf: str = "") -> list[ServerSentEventMessage]:
-    html = await sync_to_thread(_fragments, user, name, data, csrf)
+    if name in CREATED:  # loaded once per process, not once per open page
+        html = await created_fragments(user, name, data, csrf)
+    else:
+        html = await sync_to_thread(_fragments, user, name, data, csrf)
     return [ServerSentEventMessage(event=event, data=body) for event, body in html]
 
 

@@ -20,6 +20,7 @@ from models import connection
 from engine.tokens import verify_password
 from models.accounts import AccountError, change_password, issue_token, revoke_token, token_json, user_tokens
 from models.conversations import user_conversations
+from tasks.events import publish_token
 
 OWNER_ONLY = ("Only the owner, signed in to Vigil in a browser, can list, create or revoke runtime tokens; a "
               "runtime token never can.")
@@ -45,6 +46,7 @@ class TokensController(Controller):
                 row, token = issue_token(user, "" if label is None else label)
         except AccountError as exc:
             raise ValidationException(f"No token was created: {exc}.") from None
+        publish_token(row)  # its row appears on the owner's open Settings → Tokens pages
         created = token_json(row)
         return Response({"id": row.id, "label": row.label, "token": token, "created_at": created["created_at"]},
                         status_code=201, headers=NO_STORE)
@@ -76,6 +78,7 @@ class TokensController(Controller):
         except AccountError as exc:
             return _page(request, user, error=f"No token was created: {exc}.", status=400,
                          label=data.get("label", ""))
+        publish_token(row)  # the owner's other open tabs list it too (never its secret)
         # POST-redirect-GET: the page after the redirect shows the token once; a reload makes no second one
         return Redirect(PAGE, status_code=303, cookies=[keep_once(request, PAGE, {"label": row.label,
                                                                                   "token": token})])

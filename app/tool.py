@@ -31,7 +31,7 @@ from engine.sources import DOCUMENT_SOURCES
 from models.connections import credentials, duplicated_names, end_duplicated_watches, find_connection
 from models.tables import ACTIVE, Conversation, User
 from tasks.checks import queue_claims
-from tasks.events import publish_monitor
+from tasks.events import announce_conversation, publish_created, publish_monitor
 from tasks.runtime import current, own_endpoints
 
 ACTIONS = ("monitor_create", "monitor_list", "monitor_cancel", *WATCH_ACTIONS)
@@ -138,6 +138,7 @@ def _call(caller: Caller, action: str, arguments: dict, context: dict,
         user = caller(True)
         conversation = conversation_for(user, context["conversation_id"], context.get("channel") or "chat",
                                         context.get("agent_id") or "", context.get("coalesce_seconds"))
+        announce_conversation(conversation)  # a new one shows in the owner's open sidebars, whatever the action
         try:
             if action == "monitor_list":
                 return {"ok": True, "result": monitor_list(user, conversation, arguments)}
@@ -148,14 +149,14 @@ def _call(caller: Caller, action: str, arguments: dict, context: dict,
             if action == "stop":
                 return _published(*watch_stop(user, conversation, arguments))
             if action == "start":
-                return _published(*watch_start(user, conversation, arguments, context.get("device"),
+                return _created(*watch_start(user, conversation, arguments, context.get("device"),
                                                create_context(), utcnow(), _woken_by(context)))
             prepared = prepare_create(user, conversation, arguments, create_context(*listing), utcnow(),
                                       _woken_by(context))
             if isinstance(prepared, Prepared):
                 return prepared
             queue_first_check(prepared[0])
-            return _published(*prepared)
+            return _created(*prepared)
         except ToolError as exc:
             return {"ok": False, "error": str(exc)}
 
@@ -192,7 +193,7 @@ def _store(caller: Caller, prepared: Prepared, outcome, checked_at) -> dict:
     with connection():
         caller(False)  # a token revoked while the first check ran creates nothing
         try:
-            return _published(*store_create(prepared, outcome, checked_at, utcnow()))
+            return _created(*store_create(prepared, outcome, checked_at, utcnow()))
         except ToolError as exc:
             return {"ok": False, "error": str(exc)}
 
@@ -205,6 +206,12 @@ def queue_first_check(monitor) -> None:
 
 def _published(monitor, result: dict) -> dict:
     publish_monitor(monitor)
+    return {"ok": True, "result": result}
+
+
+def _created(monitor, result: dict) -> dict:
+    """A new monitor: its row (and its conversation, if new) appear on the owner's open pages."""
+    publish_created(monitor)
     return {"ok": True, "result": result}
 
 

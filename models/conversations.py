@@ -15,13 +15,15 @@ def conversation_for(user: User, external_id: str, channel: str, agent_id: str,
     """The user's conversation with this id, created on first use. Ids are the runtime's own, unique per
     account: another account's conversation of the same id is a different one, and never seen from here.
     `coalesce_seconds` (context.coalesce_seconds, checked by the caller) sets its own wake coalescing window;
-    None leaves it as it is."""
+    None leaves it as it is. One this call created has `created_now` set (not stored), so its caller can announce
+    it to the owner's open pages (tasks/events.announce_conversation)."""
     conv = Conversation.get_or_none((Conversation.user == user) & (Conversation.external_id == external_id))
     if conv is None:
-        conv, _ = Conversation.get_or_create(
+        conv, created = Conversation.get_or_create(
             user=user, external_id=external_id,
             defaults={"channel": channel, "agent_id": agent_id, "title": external_id[:200],
                       "coalesce_seconds": coalesce_seconds})
+        conv.created_now = created
     if coalesce_seconds is not None and conv.coalesce_seconds != coalesce_seconds:
         Conversation.update(coalesce_seconds=coalesce_seconds).where(Conversation.id == conv.id).execute()
         conv.coalesce_seconds = coalesce_seconds

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from adapters.metrics import count_wakes
+from models.accounts import token_json
 from models.conversations import is_watching, message_json
 from models.db import utcnow
 from models.devices import device_json
 from models.monitors import event_payload
+from models.tables import ACTIVE
 from tasks.pushes import queue_pushes_of
 from tasks.runtime import current
 
@@ -18,6 +20,39 @@ def publish_monitor(monitor, woke=None, *, status_before: str | None = None) -> 
     batch = MonitorEvents()
     batch.add(monitor, woke, status_before=status_before)
     batch.publish()
+
+
+def publish_created(monitor) -> None:
+    """A monitor just created: its conversation's conversation.created first when the same call created that too
+    (and nothing announced it yet), then monitor.created, then what every change to a monitor publishes; one round
+    trip. The owner's open pages add the new row and sidebar entry from these (app/live.py)."""
+    batch = MonitorEvents()
+    conversation = monitor.conversation
+    if getattr(conversation, "created_now", False):
+        batch.events.append(conversation_created(conversation, monitor.status == ACTIVE))
+    batch.events.append((monitor.user_id, "monitor.created", event_payload(monitor)))
+    batch.add(monitor)
+    batch.publish()
+
+
+def announce_conversation(conversation) -> None:
+    """conversation.created for a conversation this call created (models.conversations.conversation_for), once."""
+    if getattr(conversation, "created_now", False):
+        current().bus.publish(*conversation_created(conversation, False))
+
+
+def conversation_created(conversation, watching: bool) -> tuple[int, str, dict]:
+    """The event carries what the sidebar shows of it, so a page renders its entry without a query."""
+    conversation.created_now = False  # announced: a later publish of the same object does not repeat it
+    return (conversation.user_id, "conversation.created",
+            {"conversation_id": conversation.external_id, "id": conversation.id, "title": conversation.title,
+             "watching": watching})
+
+
+def publish_token(row, bus=None) -> None:
+    """token.created: what Settings → Tokens lists of a new token (models.accounts.token_json, never the token
+    itself, which is not stored). `bus` for a process without a runtime (the `vigil token create` command)."""
+    (bus or current().bus).publish(row.user_id, "token.created", token_json(row))
 
 
 class MonitorEvents:

@@ -163,9 +163,20 @@ def _user_password(settings: Settings, args) -> int:
 
 
 def _token_create(settings: Settings, args) -> int:
-    from models.accounts import create_token
+    from adapters.events import make_bus
+    from models.accounts import AccountError, find_user, issue_token
+    from tasks.events import publish_token
 
-    token = _account_command(settings, create_token, args.email, args.label)
+    def make(email: str, label: str) -> str:
+        user = find_user(email)
+        if user is None:
+            raise AccountError(f"no user with email {email}; create one with `vigil user create`")
+        row, token = issue_token(user, label)
+        if settings.REDIS_URL:  # the owner's open Settings → Tokens pages list it (an embedded Vigil's are in-process)
+            publish_token(row, make_bus(settings.REDIS_URL, settings.DATABASE_URL))
+        return token
+
+    token = _account_command(settings, make, args.email, args.label)
     if token is None:
         return 1
     print("Runtime token (shown once; send it as Authorization: Bearer <token>):")
