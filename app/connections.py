@@ -13,6 +13,7 @@ from litestar.response import Redirect, Template
 from adapters.mcp_client import McpError, list_tools
 from app.auth import bearer_token, csrf_token, session_user
 from app.devices import OWNER_ONLY, owner_session
+from app.openapi import FormPost, form_answers
 from app.pages import Form
 from models import connection, utcnow
 from models.connections import (
@@ -60,7 +61,8 @@ class ConnectionsController(Controller):
     def page(self, request: Request) -> Response:
         return _page(request, session_user(request))
 
-    @post("/settings/connections", sync_to_thread=True)
+    @post("/settings/connections", status_code=303, sync_to_thread=True, operation_class=FormPost,
+          responses=form_answers(403, 413, pages=(400, 409)))
     def add_from_form(self, request: Request,
                       data: Annotated[dict[str, str], Form]) -> Response:
         user = owner_session(request, data.get("_csrf"))

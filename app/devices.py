@@ -12,6 +12,7 @@ from litestar.params import FromPath, JSONBody
 from litestar.response import Redirect, Template
 
 from app.auth import api_user, bearer_token, check_csrf, csrf_token, session_user
+from app.openapi import FormPost, form_answers
 from app.pages import Form
 from engine.denylist import DEFAULT_PATTERNS
 from engine.links import public_base
@@ -82,14 +83,16 @@ class DevicesController(Controller):
     def page(self, request: Request) -> Response:
         return _devices_page(request, session_user(request))
 
-    @post("/settings/devices/pair-code", sync_to_thread=True)
+    @post("/settings/devices/pair-code", status_code=200, sync_to_thread=True, operation_class=FormPost,
+          responses=form_answers(403, 413, pages=(200, 400), redirects=()))
     def pair_code(self, request: Request, data: Annotated[dict[str, str], Form]) -> Response:
         user = owner_session(request, data.get("_csrf"))
         with connection():
             code = create_pairing_code(user, data.get("name", ""), utcnow())
         return _devices_page(request, user, code=code)
 
-    @post("/settings/devices/{device_id:int}", sync_to_thread=True)
+    @post("/settings/devices/{device_id:int}", status_code=303, sync_to_thread=True, operation_class=FormPost,
+          responses=form_answers(403, 404, 413, pages=(400,)))
     def save(self, request: Request, device_id: FromPath[int], data: Annotated[dict[str, str], Form]) -> Response:
         user = owner_session(request, data.get("_csrf"))
         changes = {"approval_mode": data.get("approval_mode", ""),

@@ -10,6 +10,7 @@ from litestar.params import FromPath
 from litestar.response import Redirect, Template
 
 from app.auth import check_csrf, csrf_token, session_user
+from app.openapi import FormPost, form_answers
 from app.pages import Form
 from models import connection
 from models.catalog import CatalogError, check_base_url, delete_entry, entries, save_entry
@@ -24,7 +25,8 @@ class ModelsController(Controller):
     def page(self, request: Request) -> Response:
         return self._render(request, error=None)
 
-    @post("/", sync_to_thread=True)
+    @post("/", status_code=303, sync_to_thread=True, operation_class=FormPost,
+          responses=form_answers(403, 413, pages=(400,), redirects=(302, 303)))
     def save(self, request: Request, data: Annotated[dict[str, str], Form]) -> Response:
         """Save one of the signed-in account's own models; its base URL through the SSRF guard first (DNS, with
         no database connection held)."""
@@ -44,7 +46,8 @@ class ModelsController(Controller):
                                 typed={key: data.get(key, "") for key in ("name", "base_url", "model", "api_version")})
         return Redirect("/settings/models", status_code=303)
 
-    @post("/{name:str}/delete", sync_to_thread=True)
+    @post("/{name:str}/delete", status_code=303, sync_to_thread=True,
+          responses=form_answers(400, 403, 404, 413, redirects=(302, 303)))
     def delete(self, request: Request, name: FromPath[str], data: Annotated[dict[str, str], Form]) -> Response:
         user = session_user(request)
         if user is None:

@@ -6,8 +6,11 @@ must fix from a server fault. The shapes are TypedDicts: documentation, never va
 
 from typing import Any  # no `from __future__ import annotations`: TypedDict must see NotRequired itself
 
+from dataclasses import dataclass
+
+from litestar.enums import MediaType
 from litestar.openapi.datastructures import ResponseSpec
-from litestar.openapi.spec import OpenAPIType, Schema
+from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Schema
 from typing_extensions import NotRequired, TypedDict
 
 
@@ -95,3 +98,38 @@ def errors(*codes: int) -> dict[int, ResponseSpec]:
     (app/unavailable.py) while the database or Redis is down."""
     return {code: ResponseSpec(data_container=ErrorBody, description=_MEANINGS[code], generate_examples=False)
             for code in (*codes, 503)}
+
+
+_FORM_ANSWERS = {
+    200: "The page again, with what was made or changed (a new token, a pairing code...).",
+    302: "Not signed in: on to /login.",
+    303: "Done: back to the page the form is on (or to /login, signed out).",
+}
+
+
+def form_answers(*codes: int, pages: tuple[int, ...] = (), redirects: tuple[int, ...] = (303,)
+                 ) -> dict[int, ResponseSpec]:
+    """The answers of a Settings form POST: `redirects` (no body), the page itself as text/html for the statuses in
+    `pages` (an error shown in the form), and the JSON refusals in `codes` (a stale CSRF token, no session, no such
+    thing). Use with operation_class=FormPost: a page 400 may also be Litestar's own JSON refusal of the form."""
+    specs = errors(*codes)
+    specs.update({code: ResponseSpec(data_container=None, description=_FORM_ANSWERS[code]) for code in redirects})
+    specs.update({code: ResponseSpec(data_container=str, media_type=MediaType.HTML, generate_examples=False,
+                                     description=_FORM_ANSWERS.get(code, f"The page again, the refusal in it: "
+                                                                         f"{_MEANINGS.get(code, '')}"))
+                  for code in pages})
+    return specs
+
+
+@dataclass
+class FormPost(Operation):
+    """A form POST's operation: Litestar reads the form before the handler (a field sent twice is a JSON 400), so
+    a 400 declared as the page is the page or that ErrorBody JSON."""
+
+    def __post_init__(self) -> None:
+        bad = (self.responses or {}).get("400")
+        content = getattr(bad, "content", None)
+        if content and MediaType.HTML.value in content:
+            content[MediaType.JSON.value] = OpenAPIMediaType(schema=Schema(
+                type=OpenAPIType.OBJECT, required=["detail"],
+                properties={"detail": _string(), "status_code": Schema(type=OpenAPIType.INTEGER), "extra": Schema()}))

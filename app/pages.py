@@ -12,6 +12,7 @@ from litestar.response import Redirect, Template
 
 from app.auth import browser_session, check_csrf, csrf_token, session_user, sign_in, sign_out
 from app.login_limits import LoginLocked, checked_login
+from app.openapi import form_answers
 from engine.links import app_base, public_base
 from engine.signatures import example_body, example_curl
 from engine.spec import check_from_record
@@ -98,7 +99,7 @@ class PagesController(Controller):
         sign_in(request, user)
         return Redirect(after or "/settings/monitors", status_code=303)
 
-    @post("/logout", sync_to_thread=True)
+    @post("/logout", status_code=303, sync_to_thread=True, responses=form_answers(400, 403, 413))
     def logout(self, request: Request, data: Annotated[dict[str, str], Form]) -> Redirect:
         """End this browser's session at once: its cookie, replayed, is signed out."""
         if browser_session(request) is not None:

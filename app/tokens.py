@@ -15,12 +15,12 @@ from litestar.response import Redirect, Template
 from app.auth import bearer_token, browser_session, check_csrf, csrf_token, session_user, sign_out
 from app.login_limits import LoginLocked, checked_login
 from app.once import keep_once, take_once
+from app.openapi import FormPost, errors, form_answers
 from app.pages import Form
 from models import connection
 from engine.tokens import verify_password
 from models.accounts import AccountError, change_password, issue_token, revoke_token, token_json, user_tokens
 from models.conversations import user_conversations
-from tasks.events import publish_token
 
 OWNER_ONLY = ("Only the owner, signed in to Vigil in a browser, can list, create or revoke runtime tokens; a "
               "runtime token never can.")
@@ -30,13 +30,13 @@ PAGE = "/settings/tokens"
 
 
 class TokensController(Controller):
-    @get("/api/tokens", sync_to_thread=True)
+    @get("/api/tokens", sync_to_thread=True, responses=errors(401, 403))
     def list_all(self, request: Request) -> Response:
         user = _owner(request)
         with connection():
             return Response({"tokens": [token_json(t) for t in user_tokens(user)]}, headers=NO_STORE)
 
-    @post("/api/tokens", status_code=201, sync_to_thread=True)
+    @post("/api/tokens", status_code=201, sync_to_thread=True, responses=errors(400, 401, 403, 413))
     def create(self, request: Request, data: Annotated[Any, Body()]) -> Response:
         """A new runtime token {label?}: the answer holds the token, the only time it is shown."""
         user = _owner(request, unsafe=True)
@@ -46,12 +46,11 @@ class TokensController(Controller):
                 row, token = issue_token(user, "" if label is None else label)
         except AccountError as exc:
             raise ValidationException(f"No token was created: {exc}.") from None
-        publish_token(row)  # its row appears on the owner's open Settings → Tokens pages
         created = token_json(row)
         return Response({"id": row.id, "label": row.label, "token": token, "created_at": created["created_at"]},
                         status_code=201, headers=NO_STORE)
 
-    @delete("/api/tokens/{token_id:int}", status_code=204, sync_to_thread=True)
+    @delete("/api/tokens/{token_id:int}", status_code=204, sync_to_thread=True, responses=errors(400, 401, 403, 404))
     def revoke(self, request: Request, token_id: FromPath[int]) -> None:
         """Revoke it: the next call with it is 401."""
         user = _owner(request, unsafe=True)
@@ -69,7 +68,8 @@ class TokensController(Controller):
         new, cookies = take_once(request, PAGE)  # the token just made, shown on this one view after the redirect
         return _page(request, user, new=new, cookies=cookies)
 
-    @post("/settings/tokens", status_code=303, sync_to_thread=True)
+    @post("/settings/tokens", status_code=303, sync_to_thread=True, operation_class=FormPost,
+          responses=form_answers(403, 413, pages=(400,)))
     def create_from_form(self, request: Request, data: Annotated[dict[str, str], Form]) -> Response:
         user = _owner(request, unsafe=True, submitted=data.get("_csrf"))
         try:
@@ -78,12 +78,12 @@ class TokensController(Controller):
         except AccountError as exc:
             return _page(request, user, error=f"No token was created: {exc}.", status=400,
                          label=data.get("label", ""))
-        publish_token(row)  # the owner's other open tabs list it too (never its secret)
         # POST-redirect-GET: the page after the redirect shows the token once; a reload makes no second one
         return Redirect(PAGE, status_code=303, cookies=[keep_once(request, PAGE, {"label": row.label,
                                                                                   "token": token})])
 
-    @post("/settings/tokens/{token_id:int}/revoke", sync_to_thread=True)
+    @post("/settings/tokens/{token_id:int}/revoke", status_code=303, sync_to_thread=True,
+          responses=form_answers(400, 403, 404, 413))
     def revoke_from_form(self, request: Request, token_id: FromPath[int],
                          data: Annotated[dict[str, str], Form]) -> Response:
         user = _owner(request, unsafe=True, submitted=data.get("_csrf"))
@@ -92,7 +92,8 @@ class TokensController(Controller):
                 raise NotFoundException(NO_SUCH_TOKEN)
         return Redirect("/settings/tokens", status_code=303)
 
-    @post("/settings/password", sync_to_thread=True)
+    @post("/settings/password", status_code=200, sync_to_thread=True, operation_class=FormPost,
+          responses=form_answers(403, 413, pages=(200, 400, 429), redirects=()))
     def change_password(self, request: Request, data: Annotated[dict[str, str], Form]) -> Response:
         """A new password, given the current one (counted as a sign-in: wrong ones lock it the same way); the
         account's other browser sessions end, this one stays."""
@@ -118,7 +119,7 @@ class TokensController(Controller):
         return _page(request, user, notice=f"Password changed; {ended} other browser session"
                                            f"{'' if ended == 1 else 's'} signed out.")
 
-    @post("/settings/sign-out-everywhere", sync_to_thread=True)
+    @post("/settings/sign-out-everywhere", status_code=303, sync_to_thread=True, responses=form_answers(400, 403, 413))
     def sign_out_everywhere(self, request: Request, data: Annotated[dict[str, str], Form]) -> Redirect:
         """End every browser session of the account at once, this one too (runtime tokens are not touched)."""
         user = _owner(request, unsafe=True, submitted=data.get("_csrf"))

@@ -14,7 +14,7 @@ from litestar.params import Body, FromPath
 from litestar.response import Redirect, Template
 
 from app.auth import api_user, check_csrf, csrf_token, session_user
-from app.openapi import errors
+from app.openapi import errors, form_answers
 from app.pages import Form
 from models import connection, utcnow
 from models.conversations import user_conversations
@@ -104,7 +104,8 @@ class WakeEndpointsController(Controller):
         return Template("pages/wake_endpoints.html", context={**context, "csrf": csrf_token(request)},
                         headers=NO_STORE)
 
-    @post("/settings/wake-endpoints/{endpoint_id:int}/enable", sync_to_thread=True)
+    @post("/settings/wake-endpoints/{endpoint_id:int}/enable", status_code=303, sync_to_thread=True,
+          responses=form_answers(400, 403, 404, 413, redirects=(302, 303)))
     def enable_from_form(self, request: Request, endpoint_id: FromPath[int],
                          data: Annotated[dict[str, str], Form]) -> Response:
         user = session_user(request)
