@@ -36,7 +36,7 @@ def test_trigger_card_shows_the_link_ended_after_its_one_wake(page: Page, vigil_
     monitor_id = result["monitor_id"]
     mark_event_stream_open(page)
     open_conversation(page, stack, "e2e-ended-link")
-    page.wait_for_function("window.__sseOpen === true", timeout=LIVE)
+    page.wait_for_function("() => window.__sseOpen === true", timeout=LIVE)
     card = page.locator(f"section#trigger-{monitor_id}")
     expect(card.locator(".trigger-ends")).to_have_text("ends after 1 wake")
     expect(card.get_by_role("button", name="Copy")).to_be_visible()
