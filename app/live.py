@@ -23,7 +23,7 @@ from app.templating import render
 from models import connection, utcnow
 from models.describe_data import facts_for
 from models.monitors import load_for_check
-from models.tables import Conversation
+from models.tables import AWAITING, Conversation
 
 log = logging.getLogger(__name__)
 
@@ -107,13 +107,17 @@ async def created_fragments(user, name: str, data: dict, csrf: str = "") -> list
         if rows is None or rows["user_id"] != user.id:
             return []
         # The row first: a page whose table this very event creates must not get the row a second time.
-        return [("monitors", rows["row"]), (f"monitors-{rows['conversation']}", rows["row"]),
-                ("monitor-table", rows["table"])]
+        parts = [("monitors", rows["row"]), (f"monitors-{rows['conversation']}", rows["row"]),
+                 ("monitor-table", rows["table"])]
+        if rows["card"]:  # a command or tool watch waiting for the owner: its card, above the table
+            parts.append(("awaiting", rows["card"]))
+        return parts
     return []
 
 
 def _monitor_rows(monitor_id) -> dict | None:
-    """The new monitor's row, and Settings → Monitors' table holding only it (for a page that had none)."""
+    """The new monitor's row, Settings → Monitors' table holding only it (for a page that had none), and the
+    approval card of a watch that waits for the owner."""
     if not isinstance(monitor_id, str):
         return None
     with connection():
@@ -121,7 +125,8 @@ def _monitor_rows(monitor_id) -> dict | None:
         if monitor is None:
             return None
         facts = facts_for(monitor, utcnow())
-        return {"user_id": monitor.user_id, "conversation": monitor.conversation_id,
+        card = render("partials/_command_card.html", monitor=monitor) if monitor.status == AWAITING else ""
+        return {"user_id": monitor.user_id, "conversation": monitor.conversation_id, "card": card,
                 "row": render("partials/_monitor_row.html", monitor=monitor, facts=facts),
                 "table": render("partials/_monitor_table.html", monitors=[monitor],
                                 monitor_facts={monitor.id: facts})}

@@ -68,6 +68,7 @@ def test_live_monitors_page_shows_new_monitor_and_conversation_from_the_empty_st
     empty = page.get_by_text("No monitors yet.")
     expect(empty).to_be_visible()
     expect(page.locator("aside.sidebar li.empty")).to_have_text("No conversations yet.")
+    shoot(page, screenshots, "live-monitors-empty")
     documents = watch_for_reloads(page)
 
     # An agent creates the first monitor, in a conversation that is new too.

@@ -6,13 +6,14 @@ none of them."""
 from __future__ import annotations
 
 import re
+import subprocess
 import threading
 
 import pytest
 import requests
 
 from tests.integration.helpers import running_stack, wait_for
-from tests.processes import vigil
+from tests.processes import VIGIL, vigil
 
 
 class Stream:
@@ -158,3 +159,21 @@ def test_live_rows_new_token_reaches_the_owners_pages_without_its_secret(stack, 
     vigil("token", "create", "--user", "stranger@example.com", "--label", "the stranger's", env=stack.env)
     opened["stranger_ui"].wait("tokens", "the stranger&#39;s")
     assert [name for name, _ in opened["stranger_ui"].events if name == "tokens"] == ["tokens"]
+
+
+def test_live_rows_command_waiting_for_the_owner_brings_its_approval_card(stack, streams, owner, tmp_path):
+    opened, _, _ = streams
+    code = vigil("device", "pair-code", "--user", "owner@example.com", "--name", "live-box", env=stack.env).split()[-1]
+    paired = subprocess.run([VIGIL, "runner", "pair", "--server", stack.base, "--code", code, "--state-dir",
+                             str(tmp_path / "runner")], capture_output=True, text=True, timeout=60)
+    assert paired.returncode == 0, paired.stdout + paired.stderr
+    answer = requests.post(f"{stack.base}/api/tool/monitor", headers={"Authorization": f"Bearer {owner[1]}"},
+                           timeout=30, json={"action": "monitor_create", "context": {"conversation_id": "live-cmd"},
+                                             "arguments": {"description": "the tests pass (live)", "source": {
+                                                 "type": "command", "device": "live-box", "command": "make test"}}})
+    result = answer.json()["result"]
+    assert result["status"] == "awaiting_approval", result
+    card = opened["owner_ui"].wait("awaiting", f'id="command-{result["monitor_id"]}"')
+    assert "make test" in card and 'hx-post="/api/monitors/%s/approve"' % result["monitor_id"] in card
+    opened["owner_ui"].wait("monitors", result["monitor_id"])
+    assert result["monitor_id"] not in opened["stranger_ui"].text()
