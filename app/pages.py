@@ -7,7 +7,7 @@ from typing import Annotated
 from litestar import Controller, Request, Response, get, post
 from litestar.enums import RequestEncodingType
 from litestar.exceptions import NotFoundException
-from litestar.params import Body, FromPath
+from litestar.params import Body, FromPath, FromQuery
 from litestar.response import Redirect, Template
 
 from app.auth import browser_session, check_csrf, csrf_token, session_user, sign_in, sign_out
@@ -24,6 +24,7 @@ from tasks.runtime import current
 from models.accounts import authenticate, has_users
 from models.conversations import user_conversations
 from models.monitors import user_monitors
+from models.monitor_search import KINDS, STATUSES, FilterRefused, Filters, parse_filters, search_monitors
 from models.tables import AWAITING, Conversation, Message
 
 Form = Body(media_type=RequestEncodingType.URL_ENCODED)
@@ -108,16 +109,27 @@ class PagesController(Controller):
         return Redirect("/login", status_code=303)
 
     @get("/settings/monitors", sync_to_thread=True)
-    def monitors_page(self, request: Request) -> Response:
+    def monitors_page(self, request: Request, status: FromQuery[str | None] = None,
+                      conversation: FromQuery[str | None] = None, kind: FromQuery[str | None] = None,
+                      q: FromQuery[str | None] = None) -> Response:
+        """The account's monitors; filtered by status, conversation, kind and a search (GET parameters)."""
         user = session_user(request)
         if user is None:
             return Redirect("/login")
+        try:
+            filters, refused = parse_filters(status, conversation, kind, q), None
+        except FilterRefused as exc:
+            filters, refused = Filters(), str(exc)
         with connection():
-            monitors = user_monitors(user)
+            everything = user_monitors(user)
+            monitors = search_monitors(user, filters) if filters.any else everything
             context = {"user": user, "monitors": monitors, "conversations": user_conversations(user),
-                       "awaiting": [m for m in monitors if m.status == AWAITING],
-                       "monitor_facts": monitor_facts(monitors, utcnow())}
-        return Template("pages/monitors.html", context={**context, "csrf": csrf_token(request)})
+                       "awaiting": [m for m in everything if m.status == AWAITING],
+                       "monitor_facts": monitor_facts(monitors, utcnow()), "filters": filters,
+                       "filter_error": refused, "any_monitors": bool(everything),
+                       "filter_statuses": STATUSES, "filter_kinds": KINDS}
+        return Template("pages/monitors.html", context={**context, "csrf": csrf_token(request)},
+                        status_code=400 if refused else 200)
 
     @get("/conversations/{conversation_id:int}", sync_to_thread=True)
     def conversation_page(self, request: Request, conversation_id: FromPath[int]) -> Response:

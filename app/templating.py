@@ -6,9 +6,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup, escape
 
 from engine.describe import Description, describe
 from engine.durations import describe_duration
+from engine.glance import badge, reading, relative
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -17,6 +19,17 @@ def _when(value: datetime | None) -> str:
     if value is None:
         return "never"
     return value.replace(tzinfo=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _ago(value: datetime | None, never: str = "never") -> Markup:
+    """A time as relative words ("2 min ago", "in 3 min") from now, server-side, in a <time> whose datetime is the
+    ISO time and whose title is the UTC time; /static/vigil.js refreshes the words every 30 s."""
+    if value is None:
+        return Markup(escape(never))
+    at = value.replace(tzinfo=None)
+    words = relative(at, datetime.now(timezone.utc).replace(tzinfo=None))
+    return Markup('<time datetime="{}Z" title="{}" data-relative>{}</time>').format(
+        at.isoformat(timespec="seconds"), _when(at), words)
 
 
 def _describe(monitor, facts=None) -> Description:
@@ -34,7 +47,8 @@ def _is_stream(monitor) -> bool:
 
 env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]),
                   trim_blocks=True, lstrip_blocks=True)
-env.filters.update(when=_when, every=describe_duration)
+env.filters.update(when=_when, every=describe_duration, ago=_ago, reading=reading)
+env.globals["badge"] = badge
 env.globals["describe"] = _describe
 env.tests["stream"] = _is_stream
 
