@@ -51,7 +51,7 @@ def create_first_user(email: str, password: str) -> User:
 def _new_account(email: str, password: str) -> tuple[str, str]:
     """The normalized email and the password's hash, or AccountError saying which rule failed."""
     email = normalize_email(email)
-    if "@" not in email or len(email) > 320:
+    if "@" not in email or len(email) > 320 or "\x00" in email:
         raise AccountError(f"{email!r} is not an email address")
     return email, _password_hash(password)
 
@@ -73,7 +73,9 @@ def change_password(user: User, password: str, keep: BrowserSession | None = Non
 
 
 def authenticate(email: str, password: str) -> User | None:
-    user = User.get_or_none(User.email == normalize_email(email))
+    email = normalize_email(email)
+    # no account has a NUL in its email (PostgreSQL text can't hold one, and the query would fail)
+    user = User.get_or_none(User.email == email) if "\x00" not in email else None
     ok = verify_password(password, user.password_hash if user else _decoy_hash())
     return user if user and ok else None
 
@@ -101,8 +103,8 @@ def create_token(email: str, label: str = "") -> str:
 
 def issue_token(user: User, label: str = "") -> tuple[ApiToken, str]:
     """A new runtime token of `user`: its row and the token itself, which is not stored (only its digest)."""
-    if not isinstance(label, str) or len(label.strip()) > TOKEN_LABEL_MAX:
-        raise AccountError(f"the label must be text of at most {TOKEN_LABEL_MAX} characters")
+    if not isinstance(label, str) or len(label.strip()) > TOKEN_LABEL_MAX or "\x00" in label:
+        raise AccountError(f"the label must be text of at most {TOKEN_LABEL_MAX} characters, with no NUL (\\x00)")
     token = new_token(TOKEN_PREFIX)
     row = ApiToken.create(user=user, digest=token_digest(token), label=label.strip())
     return row, token

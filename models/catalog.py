@@ -59,6 +59,9 @@ def save_entry(keyring: Keyring, user_id: int, name: str, base_url: str, model: 
         raise CatalogError("Name: letters, digits, '.', '_' or '-', up to 100 characters.")
     if not model:
         raise CatalogError("Model: the provider's model name, such as gpt-4o-mini.")
+    for field, value in (("Model", model), ("API key", api_key), ("API version", api_version)):
+        if "\x00" in value:  # PostgreSQL text can't hold it, nor can the request's header
+            raise CatalogError(f"{field}: remove the NUL character (\\x00).")
     existing = find_entry(user_id, name)
     fields = {"base_url": base_url, "model": model, "api_version": api_version.strip(), "updated_at": utcnow()}
     if api_key.strip():
@@ -71,6 +74,8 @@ def save_entry(keyring: Keyring, user_id: int, name: str, base_url: str, model: 
 
 def delete_entry(user_id: int, name: str) -> bool:
     """Delete the account's entry of that name; False when it has none (another account's is not its)."""
+    if not _NAME.fullmatch(name):
+        return False  # no entry has such a name (and a NUL in it would fail the query)
     query = JudgeModel.delete().where((JudgeModel.user == user_id) & (JudgeModel.name == name))
     return query.execute() == 1
 

@@ -15,6 +15,16 @@ from schemathesis.python import asgi
 BASE = "http://localhost"
 _CSRF_FIELD = re.compile(r'name="_csrf" value="([^"]+)"')
 _NONCE_FIELD = re.compile(r'name="nonce" value="([^"]+)"')
+#: The fields each Settings form reads (its schema only says "text fields"), so generated values reach them.
+FORM_FIELDS = {
+    "/settings/tokens": ["label"],
+    "/settings/password": ["current_password", "password", "password_again"],
+    "/settings/models": ["name", "base_url", "model", "api_key", "api_version"],
+    "/settings/devices/pair-code": ["name"],
+    "/settings/devices/{device_id}": ["approval_mode", "denylist"],
+    "/settings/connections": ["name", "url", "bearer_token"],
+    "/settings/wake-endpoints/{endpoint_id}/enable": ["resend"],
+}
 
 
 class Api:
@@ -34,6 +44,10 @@ class Api:
         for name, value in (case.path_parameters or {}).items():
             if name in self.real and _coin(value):
                 case.path_parameters[name] = _pick(self.real[name], value)
+        fields = FORM_FIELDS.get(case.operation.path)
+        if fields and isinstance(case.body, dict) and case.body and _coin(("fields", repr(case.body))):
+            case.body = {fields[at % len(fields)] if at < len(fields) else key: value
+                         for at, (key, value) in enumerate(case.body.items())}  # generated values, real names
         if isinstance(case.body, dict) and "nonce" in self.real and real_nonce:
             case.body["nonce"] = self.real["nonce"][0]
             if "token" in (case.path_parameters or {}) and self.real["token"] == self.real["approval"]:
