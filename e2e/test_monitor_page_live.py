@@ -88,7 +88,8 @@ def test_monitor_page_shows_why_not_then_the_fire_live(page: Page, vigil_stack, 
 
     [message] = wake_messages(stack, CONVERSATION)
     assert message["metadata"]["wake"]["ref_id"] == monitor_id
-    expect(wake.locator("a")).to_have_text(f"wake #{message['id']}")
+    expect(wake.locator("a")).to_have_text("wake #1")  # numbered within its conversation
+    expect(wake.locator("a")).to_have_attribute("href", re.compile(rf"#message-{message['id']}$"))
     assert api_monitor(stack, monitor_id)["status"] == "done"
 
     # From the conversation, the wake's "what it saw" opens the same evidence.

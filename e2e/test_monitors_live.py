@@ -68,11 +68,16 @@ def test_monitors_page_updates_live_and_pauses_resumes_cancels(page: Page, vigil
     page.once("dialog", lambda dialog: dialog.accept())
     row.get_by_role("button", name="Cancel").click()
     expect(status).to_have_attribute("data-status", "cancelled", timeout=LIVE)
-    expect(row.get_by_role("button")).to_have_count(0)
+    expect(row.get_by_role("button")).to_have_text(["Delete"])  # an ended monitor can only be deleted
     assert api_monitor(stack, monitor_id)["status"] == "cancelled"
     expect(page.locator("li#conversation-" + _pk_of(page, "e2e-monitors")).locator(".watching")).to_have_count(
         0, timeout=LIVE)
 
+    # Deleting the ended monitor takes its row away without a reload.
+    page.once("dialog", lambda dialog: dialog.accept())
+    row.get_by_role("button", name="Delete").click()
+    expect(row).to_have_count(0, timeout=LIVE)
+    assert requests.get(f"{stack.base}/api/monitors/{monitor_id}", headers=stack.auth, timeout=10).status_code == 404
     assert_not_reloaded(page, documents)
 
 
