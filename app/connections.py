@@ -13,7 +13,7 @@ from litestar.response import Redirect, Template
 from adapters.mcp_client import McpError, list_tools
 from app.auth import bearer_token, csrf_token, session_user
 from app.devices import OWNER_ONLY, owner_session
-from app.openapi import FormPost, form_answers
+from app.openapi import FormPost, errors, form_answers
 from app.pages import Form
 from models import connection, utcnow
 from models.connections import (
@@ -26,7 +26,7 @@ from tasks.runtime import current, own_endpoints
 
 
 class ConnectionsController(Controller):
-    @post("/api/connections", status_code=201, sync_to_thread=True)
+    @post("/api/connections", status_code=201, sync_to_thread=True, responses=errors(400, 401, 403, 409, 413))
     def add(self, request: Request, data: Annotated[Any, Body()]) -> Response:
         """Add an MCP server {name, url, bearer_token?}: its tools are listed first, so a server that can't be
         reached, or isn't one, is refused and nothing is stored."""
@@ -38,14 +38,14 @@ class ConnectionsController(Controller):
             return Response({"detail": str(exc), "status_code": exc.status}, status_code=exc.status)
         return Response({**connection_json(row), "tools": [t.name for t in tools]}, status_code=201)
 
-    @get("/api/connections", sync_to_thread=True)
+    @get("/api/connections", sync_to_thread=True, responses=errors(401, 403))
     def list_all(self, request: Request) -> Response:
         user = _session_only(request)
         with connection():
             return Response({"connections": [connection_json(c) for c in user_connections(user)]},
                             headers={"Cache-Control": "no-store"})
 
-    @delete("/api/connections/{name:str}", status_code=204, sync_to_thread=True)
+    @delete("/api/connections/{name:str}", status_code=204, sync_to_thread=True, responses=errors(400, 401, 403, 404))
     def remove(self, request: Request, name: FromPath[str]) -> None:
         """Remove it; every watch of its tools ends and says so."""
         user = owner_session(request)

@@ -12,7 +12,7 @@ from litestar.params import FromPath, JSONBody
 from litestar.response import Redirect, Template
 
 from app.auth import api_user, bearer_token, check_csrf, csrf_token, session_user
-from app.openapi import FormPost, form_answers
+from app.openapi import FormPost, errors, form_answers
 from app.pages import Form
 from engine.denylist import DEFAULT_PATTERNS
 from engine.links import public_base
@@ -47,14 +47,14 @@ def owner_session(request: Request, submitted: str | None = None):
 
 
 class DevicesController(Controller):
-    @get("/api/devices", sync_to_thread=True)
+    @get("/api/devices", sync_to_thread=True, responses=errors(401, 429))
     def list_devices(self, request: Request) -> dict:
         user, _ = api_user(request)
         with connection():
             presence, now = current().presence, utcnow()
             return {"devices": [device_json(d, now, presence) for d in user_devices(user)]}
 
-    @patch("/api/devices/{device_id:int}", sync_to_thread=True)
+    @patch("/api/devices/{device_id:int}", sync_to_thread=True, responses=errors(400, 401, 403, 404))
     def change(self, request: Request, device_id: FromPath[int], data: JSONBody[Any]) -> Response:
         user = owner_session(request)
         with connection():
@@ -66,7 +66,8 @@ class DevicesController(Controller):
             publish_device(device)
             return Response(device_json(device, utcnow(), current().presence))
 
-    @post("/api/devices/{device_id:int}/revoke", status_code=200, sync_to_thread=True)
+    @post("/api/devices/{device_id:int}/revoke", status_code=200, sync_to_thread=True,
+          responses=errors(400, 401, 403, 404))
     def revoke(self, request: Request, device_id: FromPath[int]) -> Response:
         user = owner_session(request)
         with connection():
