@@ -21,6 +21,7 @@ from models import connection
 from engine.tokens import verify_password
 from models.accounts import AccountError, change_password, issue_token, revoke_token, token_json, user_tokens
 from models.conversations import user_conversations
+from tasks.events import publish_token, publish_token_revoked
 
 OWNER_ONLY = ("Only the owner, signed in to Vigil in a browser, can list, create or revoke runtime tokens; a "
               "runtime token never can.")
@@ -40,12 +41,15 @@ class TokensController(Controller):
     def create(self, request: Request, data: Annotated[Any, Body()]) -> Response:
         """A new runtime token {label?}: the answer holds the token, the only time it is shown."""
         user = _owner(request, unsafe=True)
-        label = data.get("label") if isinstance(data, dict) else None
+        if data is not None and not isinstance(data, dict):
+            raise ValidationException('No token was created: send a JSON object, {"label": "laptop agent"} or {}.')
+        label = data.get("label") if data else None
         try:
             with connection():
                 row, token = issue_token(user, "" if label is None else label)
         except AccountError as exc:
             raise ValidationException(f"No token was created: {exc}.") from None
+        publish_token(row)  # its row appears on the owner's open Settings → Tokens pages
         created = token_json(row)
         return Response({"id": row.id, "label": row.label, "token": token, "created_at": created["created_at"]},
                         status_code=201, headers=NO_STORE)
@@ -57,6 +61,7 @@ class TokensController(Controller):
         with connection():
             if not revoke_token(user, token_id):
                 raise NotFoundException(NO_SUCH_TOKEN)
+        publish_token_revoked(user.id, token_id)  # its row leaves the owner's open Settings → Tokens pages
 
     @get("/settings/tokens", sync_to_thread=True)
     def page(self, request: Request) -> Response:
@@ -78,6 +83,7 @@ class TokensController(Controller):
         except AccountError as exc:
             return _page(request, user, error=f"No token was created: {exc}.", status=400,
                          label=data.get("label", ""))
+        publish_token(row)  # the owner's other open tabs list it too (never its secret)
         # POST-redirect-GET: the page after the redirect shows the token once; a reload makes no second one
         return Redirect(PAGE, status_code=303, cookies=[keep_once(request, PAGE, {"label": row.label,
                                                                                   "token": token})])
@@ -90,6 +96,7 @@ class TokensController(Controller):
         with connection():
             if not revoke_token(user, token_id):
                 raise NotFoundException(NO_SUCH_TOKEN)
+        publish_token_revoked(user.id, token_id)  # its row leaves the owner's open Settings → Tokens pages
         return Redirect("/settings/tokens", status_code=303)
 
     @post("/settings/password", status_code=200, sync_to_thread=True, operation_class=FormPost,

@@ -401,6 +401,9 @@ def test_tokens_label_over_100_characters_is_400_and_nothing_is_created(client, 
     long = client.post("/api/tokens", json={"label": "x" * 101}, headers={"X-CSRF-Token": csrf})
     assert long.status_code == 400 and "at most 100 characters" in long.json()["detail"]
     assert client.post("/api/tokens", json={"label": 7}, headers={"X-CSRF-Token": csrf}).status_code == 400
+    for not_an_object in ([1], "s", 3):
+        refused = client.post("/api/tokens", json=not_an_object, headers={"X-CSRF-Token": csrf})
+        assert refused.status_code == 400 and "JSON object" in refused.json()["detail"], refused.text
     form = client.post("/settings/tokens", data={"label": "y" * 101, "_csrf": csrf})
     assert form.status_code == 400 and "at most 100 characters" in form.text and "vgl_" not in form.text
     exactly = client.post("/api/tokens", json={"label": "z" * 100}, headers={"X-CSRF-Token": csrf})
