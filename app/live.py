@@ -1,8 +1,10 @@
-"""New rows on the owner's open pages: a monitor, a conversation or a token created while a page is open.
+"""New rows on the owner's open pages: a monitor, a conversation or a token created while a page is open (and a
+revoked token's row gone).
 
 Each `*.created` event becomes the partials its pages add (app/events.py sends them over /ui/events): the new
 row, prepended to Settings → Monitors and to its conversation's table (or, on a page still showing "No monitors
-yet", the whole table), the sidebar entry, the token row. What a row needs beyond the event is loaded once per
+yet", the whole table), a trigger link's, approval link's or command's card on its conversation's page, the
+sidebar entry, the token row. What a row needs beyond the event is loaded once per
 process and event, however many streams are open (`Shared`), never once per stream.
 """
 
@@ -19,6 +21,7 @@ from datetime import datetime
 from types import SimpleNamespace
 from typing import Any
 
+from app.pages import approval_cards, trigger_cards
 from app.templating import render
 from models import connection, utcnow
 from models.describe_data import facts_for
@@ -28,7 +31,7 @@ from models.tables import AWAITING, Conversation
 log = logging.getLogger(__name__)
 
 #: the events this module turns into partials
-CREATED = ("monitor.created", "conversation.created", "token.created")
+CREATED = ("monitor.created", "conversation.created", "token.created", "token.revoked")
 
 
 class Shared:
@@ -97,6 +100,8 @@ async def created_fragments(user, name: str, data: dict, csrf: str = "") -> list
         return [("conversations", _conversation_item(data))]
     if name == "token.created":
         return [("tokens", _token_row(data, csrf))]
+    if name == "token.revoked" and isinstance(data.get("id"), int):  # its row deletes itself (hx-swap delete)
+        return [(f"token-{data['id']}", "revoked")]  # an event with no data is never dispatched
     if name == "monitor.created":
         try:
             rows = await monitor_rows.get(("monitor", data.get("monitor_id")),
@@ -108,7 +113,8 @@ async def created_fragments(user, name: str, data: dict, csrf: str = "") -> list
             return []
         # The row first: a page whose table this very event creates must not get the row a second time.
         parts = [("monitors", rows["row"]), (f"monitors-{rows['conversation']}", rows["row"]),
-                 ("monitor-table", rows["table"])]
+                 ("monitor-table", rows["table"]), (f"monitor-table-{rows['conversation']}", rows["own_table"]),
+                 *rows["cards"]]
         if rows["card"]:  # a command or tool watch waiting for the owner: its card, above the table
             parts.append(("awaiting", rows["card"]))
         return parts
@@ -129,7 +135,24 @@ def _monitor_rows(monitor_id) -> dict | None:
         return {"user_id": monitor.user_id, "conversation": monitor.conversation_id, "card": card,
                 "row": render("partials/_monitor_row.html", monitor=monitor, facts=facts),
                 "table": render("partials/_monitor_table.html", monitors=[monitor],
-                                monitor_facts={monitor.id: facts})}
+                                monitor_facts={monitor.id: facts}),
+                "own_table": render("partials/_monitor_table.html", monitors=[monitor],
+                                    monitor_facts={monitor.id: facts},
+                                    conversation=SimpleNamespace(id=monitor.conversation_id)),
+                "cards": _conversation_cards(monitor)}
+
+
+def _conversation_cards(monitor) -> list[tuple[str, str]]:
+    """The card its conversation's page shows above the table, named for that page only: a trigger link's, an
+    approval link's, a command's or tool watch's (pages/conversation.html)."""
+    at = monitor.conversation_id
+    if (monitor.source or {}).get("type") in ("command", "tool"):
+        return [(f"command-cards-{at}", render("partials/_command_card.html", monitor=monitor))]
+    cards = [(f"trigger-cards-{at}", render("partials/_trigger_card.html", monitor=monitor, card=card))
+             for card in trigger_cards([monitor]).values()]
+    return cards + [(f"approval-cards-{at}", render("partials/_approval_card.html", monitor=monitor,
+                                                    approval=approval))
+                    for approval in approval_cards([monitor]).values()]
 
 
 def _conversation_item(data: dict) -> str:

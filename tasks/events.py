@@ -55,6 +55,11 @@ def publish_token(row, bus=None) -> None:
     (bus or current().bus).publish(row.user_id, "token.created", token_json(row))
 
 
+def publish_token_revoked(user_id: int, token_id: int) -> None:
+    """token.revoked: the owner's open Settings → Tokens pages drop its row."""
+    current().bus.publish(user_id, "token.revoked", {"id": token_id})
+
+
 class MonitorEvents:
     """The events of several monitor changes (a batch of deliveries), sent in one round trip at the end. Each
     change's events are built when it is added, since the same monitor may change again before they are sent."""

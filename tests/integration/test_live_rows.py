@@ -30,7 +30,7 @@ class Stream:
     def _read(self) -> None:
         name, data = None, []
         try:
-            for line in self.response.iter_lines(decode_unicode=True):
+            for line in self._lines():
                 if line.startswith(": connected"):
                     self.ready.set()
                 elif line.startswith("event: "):
@@ -42,6 +42,15 @@ class Stream:
                     name, data = None, []
         except (requests.RequestException, AttributeError):  # closed by the test (AttributeError: while reading)
             pass
+
+    def _lines(self):
+        """The stream's lines, split at Litestar's CRLF only: requests' iter_lines makes an empty line of a CRLF
+        that a chunk boundary cuts in two, which ended a long event early."""
+        buffer = ""
+        for chunk in self.response.iter_content(chunk_size=None, decode_unicode=True):
+            buffer += chunk
+            *lines, buffer = buffer.split("\r\n")
+            yield from lines
 
     def named(self, name: str) -> list[str]:
         return [data for event, data in self.events if event == name]
@@ -152,13 +161,34 @@ def test_live_rows_new_token_reaches_the_owners_pages_without_its_secret(stack, 
     printed = vigil("token", "create", "--user", "owner@example.com", "--label", "from the CLI", env=stack.env)
     from_cli = printed.strip().splitlines()[-1]
     cli_row = ui.wait("tokens", "from the CLI")
-    assert re.search(r'<tr id="token-\d+">', cli_row)
+    assert re.search(r'<tr id="token-\d+" sse-swap="token-\d+"', cli_row)
 
     for secret in (made.json()["token"], from_cli):
         assert secret not in ui.text() and secret not in opened["stranger_ui"].text()
     vigil("token", "create", "--user", "stranger@example.com", "--label", "the stranger's", env=stack.env)
     opened["stranger_ui"].wait("tokens", "the stranger&#39;s")
     assert [name for name, _ in opened["stranger_ui"].events if name == "tokens"] == ["tokens"]
+
+
+def test_live_rows_revoked_token_leaves_only_the_owners_pages(stack, streams):
+    opened, session, csrf = streams
+    made = session.post(f"{stack.base}/api/tokens", json={"label": "to revoke"}, headers={"X-CSRF-Token": csrf},
+                        timeout=30).json()
+    page = session.get(f"{stack.base}/settings/tokens", timeout=30).text
+    assert f'<tr id="token-{made["id"]}" sse-swap="token-{made["id"]}" hx-swap="delete">' in page
+
+    gone = session.delete(f"{stack.base}/api/tokens/{made['id']}", headers={"X-CSRF-Token": csrf}, timeout=30)
+    assert gone.status_code == 204, gone.text
+    assert opened["owner_ui"].wait(f"token-{made['id']}") == "revoked"  # the row deletes itself (hx-swap delete)
+
+    # The stranger's stream: their own revoke arrives, and the owner's never came before it.
+    theirs, their_csrf = signed_in(stack.base, "stranger@example.com", "stranger-password")
+    their_token = theirs.post(f"{stack.base}/api/tokens", json={"label": "theirs"},
+                              headers={"X-CSRF-Token": their_csrf}, timeout=30).json()["id"]
+    theirs.delete(f"{stack.base}/api/tokens/{their_token}", headers={"X-CSRF-Token": their_csrf}, timeout=30)
+    opened["stranger_ui"].wait(f"token-{their_token}")
+    assert f"token-{made['id']}" not in [name for name, _ in opened["stranger_ui"].events]
+    assert f"token-{their_token}" not in [name for name, _ in opened["owner_ui"].events]
 
 
 def test_live_rows_command_waiting_for_the_owner_brings_its_approval_card(stack, streams, owner, tmp_path):
@@ -176,4 +206,45 @@ def test_live_rows_command_waiting_for_the_owner_brings_its_approval_card(stack,
     card = opened["owner_ui"].wait("awaiting", f'id="command-{result["monitor_id"]}"')
     assert "make test" in card and 'hx-post="/api/monitors/%s/approve"' % result["monitor_id"] in card
     opened["owner_ui"].wait("monitors", result["monitor_id"])
+    pk = re.search(r'<li id="conversation-(\d+)"', opened["owner_ui"].wait("conversations", "live-cmd")).group(1)
+    assert opened["owner_ui"].wait(f"command-cards-{pk}", result["monitor_id"]) == card  # its conversation's page
     assert result["monitor_id"] not in opened["stranger_ui"].text()
+
+
+def named_conversation(base: str, token: str, ui: Stream, conversation: str) -> str:
+    """A conversation an agent's tool call just named (and so created), with no monitor: its page's id."""
+    requests.post(f"{base}/api/tool/monitor", headers={"Authorization": f"Bearer {token}"}, timeout=30,
+                  json={"action": "monitor_list", "context": {"conversation_id": conversation}}).raise_for_status()
+    return re.search(r'<li id="conversation-(\d+)"', ui.wait("conversations", conversation)).group(1)
+
+
+def test_live_rows_conversation_page_takes_its_own_table_and_cards_only(stack, streams, owner, stranger):
+    opened, session, _ = streams
+    ui = opened["owner_ui"]
+    here = named_conversation(stack.base, owner[1], ui, "live-cards-here")
+    elsewhere = named_conversation(stack.base, owner[1], ui, "live-cards-elsewhere")
+    page = session.get(f"{stack.base}/conversations/{here}", timeout=30).text
+    assert f'<div id="monitor-table-{here}" sse-swap="monitor-table-{here}"' in page and "None." in page
+
+    hook = webhook_monitor(stack.base, owner[1], "live-cards-here", "the deploy hook (cards)")
+    table = ui.wait(f"monitor-table-{here}", hook)  # "None." turns into the table, its rows named for this page
+    assert f'<tbody id="monitors-{here}" sse-swap="monitors-{here}"' in table and f'<tr id="monitor-{hook}"' in table
+    card = ui.wait(f"trigger-cards-{here}", hook)
+    assert card.lstrip().startswith(f'<section class="trigger-card" id="trigger-{hook}">') and "/api/triggers/" in card
+
+    asked = requests.post(f"{stack.base}/api/tool/monitor", headers={"Authorization": f"Bearer {owner[1]}"},
+                          timeout=30, json={"action": "monitor_create", "context": {"conversation_id": "live-cards-here"},
+                                            "arguments": {"description": "ship it? (cards)", "source": {
+                                                "type": "approval", "question": "Ship the release?"}}}).json()
+    approval = asked["result"]["monitor_id"]
+    card = ui.wait(f"approval-cards-{here}", approval)
+    assert f'id="approval-{approval}" sse-swap="approval-{approval}"' in card
+    assert asked["result"]["approval_url"] in card and "Ship the release?" in card
+    ui.wait(f"monitors-{here}", approval)  # the table the first one brought takes the second row
+
+    # Another conversation's page takes nothing of these; the stranger's stream gets only their own.
+    assert not [name for name, _ in ui.events if name.endswith(f"-{elsewhere}") and name != f"conversation-{elsewhere}"]
+    theirs = webhook_monitor(stack.base, stranger[1], "live-cards-here", "the stranger's hook")
+    opened["stranger_ui"].wait("monitors", theirs)
+    assert hook not in opened["stranger_ui"].text() and approval not in opened["stranger_ui"].text()
+    assert not [name for name, _ in opened["stranger_ui"].events if name.endswith(f"-{here}")]
