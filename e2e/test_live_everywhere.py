@@ -156,3 +156,84 @@ def test_live_devices_page_shows_a_device_paired_from_the_empty_state(page: Page
     expect(page.locator("tbody#devices tr.empty")).to_have_count(0)
     assert re.fullmatch(r"device-\d+", row.get_attribute("id"))
     assert_not_reloaded(page, documents)
+
+
+def tool_call(stack, token: str, conversation: str, action: str, arguments: dict | None = None) -> dict:
+    answer = requests.post(f"{stack.base}/api/tool/monitor", headers={"Authorization": f"Bearer {token}"},
+                           timeout=15, json={"action": action, "context": {"conversation_id": conversation},
+                                             **({"arguments": arguments} if arguments else {})}).json()
+    assert answer["ok"], answer
+    return answer["result"]
+
+
+def test_live_conversation_page_takes_its_first_monitor_and_its_link_cards(page: Page, vigil_stack, pages,
+                                                                         screenshots):
+    stack = vigil_stack
+    email, token = new_account(stack)
+    url = pages.set("/live-conversation", "<h1>Build</h1><p>running</p>")
+    tool_call(stack, token, "live-cards", "monitor_list")  # the agent names it: a conversation with no monitor
+    tool_call(stack, token, "live-cards-other", "monitor_list")
+    errors = console_errors(page)
+    signed_in(page, stack, email, "/settings/monitors")
+    other = page.context.new_page()  # another conversation's page, open in another tab
+    mark_event_stream_open(other)
+    other.goto(f"{stack.base}/settings/monitors")
+    other.get_by_role("link", name="live-cards-other").click()
+    other.wait_for_function("() => window.__sseOpen === true", timeout=LIVE)
+    page.get_by_role("link", name="live-cards", exact=True).click()
+    page.wait_for_function("() => window.__sseOpen === true", timeout=LIVE)
+    none = page.locator("main p.empty", has_text="None.")
+    expect(none).to_be_visible()
+    documents = watch_for_reloads(page)
+
+    first = create_monitor(stack, token, "live-cards", "the build finishes (conversation)", url)
+    row = page.locator(f"main table.monitors tbody tr#monitor-{first}")
+    expect(row).to_be_visible(timeout=LIVE)
+    expect(none).to_have_count(0)
+    hook = tool_call(stack, token, "live-cards", "monitor_create", {
+        "description": "the deploy posts back (conversation)", "source": {"type": "webhook"}})["monitor_id"]
+    expect(page.locator(f"section.trigger-card#trigger-{hook} .trigger-url")).to_contain_text("/api/triggers/",
+                                                                                            timeout=LIVE)
+    asked = tool_call(stack, token, "live-cards", "monitor_create", {
+        "description": "ship it? (conversation)", "source": {"type": "approval", "question": "Ship the release?"}})
+    card = page.locator(f"section.approval-card#approval-{asked['monitor_id']}")
+    expect(card.locator(".approval-url")).to_have_text(asked["approval_url"], timeout=LIVE)
+    expect(card.locator(".approval-question")).to_have_text("Ship the release?")
+    rows = page.locator("main table.monitors tbody tr.monitor")
+    expect(rows).to_have_count(3, timeout=LIVE)
+    expect(rows.first).to_have_attribute("id", f"monitor-{asked['monitor_id']}")  # the newest at the top
+
+    # The other conversation's page took none of it.
+    expect(other.locator("main p.empty", has_text="None.")).to_be_visible()
+    assert other.locator("main section.trigger-card, main section.approval-card, main tr.monitor").count() == 0
+    other.close()
+    assert_not_reloaded(page, documents)
+    assert errors == [], errors
+    shoot(page, screenshots, "live-conversation-cards", no_sideways=True)
+
+    # Loaded afresh, the page shows the same cards and rows.
+    page.reload()
+    expect(page.locator("main table.monitors tbody tr.monitor")).to_have_count(3)
+    expect(page.locator(f"#trigger-{hook}, #approval-{asked['monitor_id']}")).to_have_count(2)
+
+
+def test_live_tokens_page_drops_a_token_revoked_in_another_tab(page: Page, vigil_stack):
+    stack = vigil_stack
+    email, _ = new_account(stack)
+    vigil("token", "create", "--user", email, "--label", "revoked elsewhere", env=stack.env)
+    errors = console_errors(page)
+    signed_in(page, stack, email, "/settings/tokens")
+    rows = page.locator("tbody#tokens tr[id^=token-]")
+    expect(rows).to_have_count(2)
+    documents = watch_for_reloads(page)
+
+    other = page.context.new_page()
+    other.goto(f"{stack.base}/settings/tokens")
+    other.once("dialog", lambda dialog: dialog.accept())
+    other.locator("tbody#tokens tr", has_text="revoked elsewhere").get_by_role("button", name="Revoke").click()
+    expect(other.locator("tbody#tokens tr", has_text="revoked elsewhere")).to_have_count(0)
+    other.close()
+    expect(page.locator("tbody#tokens tr", has_text="revoked elsewhere")).to_have_count(0, timeout=LIVE)
+    expect(rows).to_have_count(1)
+    assert_not_reloaded(page, documents)
+    assert errors == [], errors
