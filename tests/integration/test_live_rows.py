@@ -232,10 +232,10 @@ def test_live_rows_conversation_page_takes_its_own_table_and_cards_only(stack, s
     card = ui.wait(f"trigger-cards-{here}", hook)
     assert card.lstrip().startswith(f'<section class="trigger-card" id="trigger-{hook}">') and "/api/triggers/" in card
 
+    arguments = {"description": "ship it? (cards)", "source": {"type": "approval", "question": "Ship the release?"}}
     asked = requests.post(f"{stack.base}/api/tool/monitor", headers={"Authorization": f"Bearer {owner[1]}"},
-                          timeout=30, json={"action": "monitor_create", "context": {"conversation_id": "live-cards-here"},
-                                            "arguments": {"description": "ship it? (cards)", "source": {
-                                                "type": "approval", "question": "Ship the release?"}}}).json()
+                          timeout=30, json={"action": "monitor_create", "arguments": arguments,
+                                            "context": {"conversation_id": "live-cards-here"}}).json()
     approval = asked["result"]["monitor_id"]
     card = ui.wait(f"approval-cards-{here}", approval)
     assert f'id="approval-{approval}" sse-swap="approval-{approval}"' in card
