@@ -66,7 +66,7 @@ def test_trigger_and_approval_rows_read_right_and_turn_approved_live(page: Page,
     # The conversation: the trigger card and the approval card, with the link the agent was given.
     page.locator("aside.sidebar li a", has_text=re.compile(rf"^\s*{CONVERSATION}\s*$")).click()
     expect(page.locator("h1")).to_have_text(CONVERSATION)
-    page.wait_for_function("window.__sseOpen === true", timeout=LIVE)
+    page.wait_for_function("() => window.__sseOpen === true", timeout=LIVE)
     expect(page.locator(f"section#trigger-{hook_id}")).to_be_visible()
     card = page.locator(f"section#approval-{approval_id}")
     expect(card.locator("code.approval-url")).to_have_text(approval["approval_url"])
