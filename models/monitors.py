@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import datetime, timedelta
 
@@ -27,6 +28,9 @@ TRANSITIONS = {
     "resume": {PAUSED: ACTIVE},
     "cancel": {ACTIVE: CANCELLED, PAUSED: CANCELLED, AWAITING: CANCELLED},
 }
+
+
+log = logging.getLogger(__name__)
 
 
 class MonitorNotFound(LookupError):
@@ -78,11 +82,18 @@ def _create(user: User, conversation: Conversation, spec: MonitorSpec, now: date
             expires_at=now + timedelta(seconds=spec.ttl_seconds), condition=spec.condition,
             judge_model=spec.judge_model, note=spec.note, parent_message_id=spec.parent_message_id,
             depth=spec.depth, created_at=now, updated_at=now, **fields)
+    # ids and kinds only: never the source's url (it may carry a credential) or anything the agent wrote
+    log.info("monitor %s created: %s, conversation %s", monitor.id, _kind(record), conversation.id)
     if monitor.baseline:  # a polled monitor's first check, at create
         record_event(monitor, "baseline", monitor.baseline, now, {"reason": f"The first check: {monitor.baseline}."})
     else:
         record_event(monitor, "armed", "", now, {"reason": "Armed; it waits for its first event."})
     return monitor
+
+
+def _kind(record: dict) -> str:
+    """"page/threshold", "webhook/payload"…: what a monitor watches and how, for a log line."""
+    return f"{record['source'].get('type', '?')}/{(record.get('check') or {}).get('type', '?')}"
 
 
 _FOR_CHECK = Compiled(lambda monitor_id: Monitor.select(Monitor, Conversation.id, Conversation.external_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -20,6 +21,8 @@ from models.db import database, iso, utcnow
 from models.runs import stop_runs
 from models.events import COUNTS_ITS_EVENT, counted, event_params, record_event, with_event
 from models.tables import ACTIVE, DONE, ERROR, PAUSED, Monitor, Wake
+
+log = logging.getLogger(__name__)
 
 #: a field's new value in _claimed_update: one more than it was
 ONE_MORE = object()
@@ -452,6 +455,7 @@ def write_wake(monitor: Monitor, source: str, dedupe_key: str, text: str, extra:
     if _NEW_WAKE.rowcount(monitor.id, dedupe_key, now) != 1:
         return None
     wake_id = Wake.get((Wake.monitor == monitor.id) & (Wake.dedupe_key == dedupe_key)).id
+    _log_wake(monitor, wake_id, source)
     seconds = window_seconds(monitor.conversation_id)
     if seconds:
         hold(wake_id, monitor.conversation_id, monitor.user_id, text, metadata, now, seconds)
@@ -472,6 +476,13 @@ def _composed(monitor: Monitor, source: str, dedupe_key: str, text: str, extra: 
 
 def _settled(monitor: Monitor, written: Written, text: str, metadata: dict, now: datetime):
     """The message a new wake wrote; a wake its conversation coalesces is held for its window instead (None)."""
+    if written.wake_id is not None:
+        _log_wake(monitor, written.wake_id, metadata["wake"]["source"])
     if written.wake_id is not None and written.message is None:
         hold(written.wake_id, monitor.conversation_id, monitor.user_id, text, metadata, now, written.seconds)
     return written.message
+
+
+def _log_wake(monitor: Monitor, wake_id: int, source: str) -> None:
+    """One line a wake: its monitor and ids only (never what it found: that is the source's, maybe a secret)."""
+    log.info("monitor %s woke its conversation: wake %s (%s)", monitor.id, wake_id, source)
