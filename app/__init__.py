@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from litestar import Litestar, Request, Response, asgi
+from litestar import Litestar, Request, Response, asgi, get
 from litestar.exceptions import HTTPException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.plugins.jinja import JinjaTemplateEngine
@@ -45,6 +45,14 @@ from tasks.deliveries import relay
 from adapters.settings import Settings
 
 STATIC = Path(__file__).parent / "static"
+#: the icon every page links; browsers also ask for /favicon.ico on their own, and get the same file there
+FAVICON = (STATIC / "favicon.svg").read_bytes()
+
+
+@get("/favicon.ico", include_in_schema=False)
+async def favicon() -> Response:
+    """Vigil's icon where browsers look for it unasked, instead of a 404 (and a console error) on every page."""
+    return Response(FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "public, max-age=86400"})
 
 
 def _hand_over_deliveries() -> None:
@@ -76,7 +84,7 @@ def create_app(settings: Settings) -> Litestar:
                         PagesController, ModelsController, TriggersController, ApprovalsController, healthz, readyz, metrics,
                         DevicesController, RunnerController, DocumentsController, ActionsController, ToolsController,
                         ConnectionsController, WakeEndpointsController, WakesController, FirstRunController,
-                        TokensController, mcp,
+                        TokensController, mcp, favicon,
                         create_static_files_router(path="/static", directories=[STATIC])],
         middleware=[security_headers, lanes_middleware, credential_gate, json_depth(settings.API_MAX_BODY_BYTES), session_cookies],
         before_request=ids_in_range,

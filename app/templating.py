@@ -11,6 +11,7 @@ from markupsafe import Markup, escape
 from engine.describe import Description, describe
 from engine.durations import describe_duration
 from engine.glance import badge, reading, relative
+from engine.wake import wake_parts, wake_summary
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -45,11 +46,30 @@ def _is_stream(monitor) -> bool:
     return source.get("type") == "command" and source.get("mode") == "stream"
 
 
+#: the nav's entries, (path, label), in order
+NAV = (("/settings/monitors", "Monitors"), ("/settings/devices", "Devices"), ("/settings/tools", "Tools"),
+       ("/settings/connections", "Connections"), ("/settings/wake-endpoints", "Wake endpoints"),
+       ("/settings/tokens", "Tokens"), ("/settings/models", "Models"))
+#: pages outside /settings that belong to a nav entry: a monitor's page (a command's too) is under Monitors
+_NAV_ALSO = (("/monitors/", "/settings/monitors"), ("/commands/", "/settings/monitors"),
+             ("/settings/password", "/settings/tokens"), ("/settings/sign-out-everywhere", "/settings/tokens"))
+
+
+def _nav_current(request) -> str | None:
+    """The path of the nav entry the requested page is under (the nav marks it), or None (a conversation)."""
+    path = getattr(getattr(request, "url", None), "path", None) or ""
+    for prefix, entry in _NAV_ALSO:
+        if path.startswith(prefix):
+            return entry
+    return next((entry for entry, _ in NAV if path == entry or path.startswith(entry + "/")), None)
+
+
 env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(["html"]),
                   trim_blocks=True, lstrip_blocks=True)
 env.filters.update(when=_when, every=describe_duration, ago=_ago, reading=reading)
 env.globals["badge"] = badge
 env.globals["describe"] = _describe
+env.globals.update(nav=NAV, nav_current=_nav_current, wake_parts=wake_parts, wake_summary=wake_summary)
 env.tests["stream"] = _is_stream
 
 

@@ -147,7 +147,7 @@ def test_approval_link_decision_wakes_owner_conversation_live(page: Page, public
     wake = messages.locator("li.message.wake.wake-approval")
     expect(wake).to_have_count(1, timeout=LIVE)
     expect(wake.locator(".badge")).to_have_text("Woken by approval")
-    content = wake.locator("pre.content")
+    content = wake.locator(".content")
     expect(content).to_contain_text(f"Approval decided: {DESCRIPTION}")
     expect(content).to_contain_text("Decision: Reject")
     expect(content).to_contain_text(COMMENT)

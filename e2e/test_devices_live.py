@@ -284,7 +284,7 @@ def test_approving_command_on_conversation_page_arms_it_and_device_line_wakes_li
         wake = messages.locator("li.message.wake")
         expect(wake).to_have_count(1, timeout=LIVE)
         expect(wake.locator(".badge")).to_have_text("Woken by command")
-        content = wake.locator("pre.content")
+        content = wake.locator(".content")
         expect(content).to_contain_text(line)
         expect(content).to_contain_text(f'Watcher "{description}" printed')
         expect(card.locator("p.decision")).to_have_attribute("data-status", "active")

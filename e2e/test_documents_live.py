@@ -66,7 +66,7 @@ def test_document_watch_wake_arrives_live_on_the_conversation_page_after_a_put(p
     wake = messages.locator("li.message.wake")
     expect(wake).to_have_count(1, timeout=LIVE)
     expect(wake.locator(".badge")).to_have_text("Woken by monitor")
-    content = wake.locator("pre.content")
+    content = wake.locator(".content")
     expect(content).to_contain_text(f"Monitor fired: {DESCRIPTION}")
     expect(content).to_contain_text(f"ct:render/r-1 (version 2) now matches: {EXPR}")
     expect(content).to_contain_text('"url": "https://example.com/r-1.mp4"')  # the snapshot as it matched

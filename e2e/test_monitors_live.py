@@ -103,7 +103,7 @@ def test_conversation_page_shows_wake_live_and_watching_mark_clears(page: Page, 
     wake = messages.locator("li.message.wake")
     expect(wake).to_have_count(1, timeout=LIVE)
     expect(wake.locator(".badge")).to_have_text("Woken by monitor")
-    content = wake.locator("pre.content")
+    content = wake.locator(".content")
     expect(content).to_contain_text(f"Monitor fired: {description}")
     expect(content).to_contain_text("finished")
 

@@ -148,7 +148,7 @@ def test_tool_call_approved_on_conversation_page_arms_it_and_first_fire_arrives_
         expect(wake).to_have_count(1, timeout=LIVE)
         assert pages.hits[PARCEL] == 2, pages.hits
         expect(wake.locator(".badge")).to_have_text("Woken by monitor")
-        content = wake.locator("pre.content")
+        content = wake.locator(".content")
         expect(content).to_contain_text(f"Monitor fired: {DESCRIPTION}")
         expect(content).to_contain_text(f"{TOOL}(parcel='P-7')")
         expect(content).to_contain_text('"where": "front door"')  # the output as it matched

@@ -119,8 +119,8 @@ def test_signed_link_card_reveal_and_example_curl_wake_live(page: Page, browser:
     wake = messages.locator("li.message.wake")
     expect(wake).to_have_count(1, timeout=LIVE)
     expect(wake.locator(".badge")).to_have_text("Woken by trigger")
-    expect(wake.locator("pre.content")).to_contain_text(description)
-    expect(wake.locator("pre.content")).to_contain_text("sent_at")
+    expect(wake.locator(".content")).to_contain_text(description)
+    expect(wake.locator(".content")).to_contain_text("sent_at")
     assert secret not in wake.inner_text()
     # the card counts the hit live, and the secret the owner revealed stays revealed
     expect(hits).to_have_text(re.compile(r"^1 of \d+ hits$"), timeout=LIVE)

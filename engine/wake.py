@@ -165,3 +165,27 @@ def wake_lines(metadata: dict, content: str) -> list[str]:
     if wake.get("source") == COALESCED and metadata.get("wakes"):
         return [item.get("line") or wake_line(_description(item), "") for item in metadata["wakes"]]
     return [wake_line(wake.get("description", ""), content)]
+
+
+def wake_parts(content: str) -> list[tuple[bool, str]]:
+    """A wake's text in order as (fenced, text) parts: each untrusted block between a "<<<" line and a ">>>" line
+    apart from Vigil's own words around it (the conversation page collapses the fenced ones). A fence left open
+    runs to the end; empty parts are left out."""
+    parts, lines, fenced = [], [], False
+    for line in content.split("\n"):
+        if line == (">>>" if fenced else "<<<"):
+            parts.append((fenced, "\n".join(lines).strip("\n")))
+            lines, fenced = [], not fenced
+        else:
+            lines.append(line)
+    parts.append((fenced, "\n".join(lines).strip("\n")))
+    return [(fenced, text) for fenced, text in parts if text.strip()]
+
+
+def wake_summary(metadata: dict, content: str) -> list[str]:
+    """A wake's headline on the conversation page: the line `vigil watch` prints for it, without its "[vigil] "
+    tag (one a wake of a coalesced message). None for a wake with nothing fenced: its first line says it all."""
+    wake = metadata.get("wake") or {}
+    if wake.get("source") != COALESCED and "<<<" not in content.split("\n"):
+        return []
+    return [line.removeprefix("[vigil] ") for line in wake_lines(metadata, content)]

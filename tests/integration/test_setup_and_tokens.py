@@ -320,7 +320,7 @@ def test_tokens_last_used_moves_on_use_at_most_once_a_minute(client, owner):
 def test_tokens_form_shows_the_new_token_once_with_a_copy_button(client, owner):
     login(client)
     page = client.get("/settings/tokens")
-    assert 'href="/settings/tokens">Tokens</a>' in page.text
+    assert '<a href="/settings/tokens" class="current" aria-current="page">Tokens</a>' in page.text  # the nav's
     made = client.post("/settings/tokens", data={"label": "ci box", "_csrf": csrf_of(page.text)},
                        follow_redirects=False)
     assert made.status_code == 303 and made.headers["location"] == "/settings/tokens" and "vgl_" not in made.text
