@@ -61,7 +61,8 @@ def json_depth(max_bytes: int):
 
     def wrap(app: ASGIApp) -> ASGIApp:
         async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS") or not _is_json(scope):
+            if scope["type"] != "http" or scope.get("method") in ("GET", "HEAD", "OPTIONS") or not _is_json(scope) \
+                    or _declared_length(scope) > max_bytes:  # the app answers 413 without waiting for the body
                 await app(scope, receive, send)
                 return
             messages, body, whole = await _read(receive, max_bytes)
@@ -78,6 +79,14 @@ def json_depth(max_bytes: int):
         return middleware
 
     return wrap
+
+
+def _declared_length(scope: Scope) -> int:
+    """The request's Content-Length, or 0 when it has none (chunked) or it is not a number."""
+    for name, value in scope.get("headers", ()):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0
+    return 0
 
 
 async def _read(receive: Receive, max_bytes: int) -> tuple[list[Message], bytes, bool]:

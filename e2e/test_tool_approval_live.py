@@ -157,7 +157,7 @@ def test_tool_call_approved_on_conversation_page_arms_it_and_first_fire_arrives_
         # One wake (max_wakes 1): the monitor is done; its row, card and the sidebar mark say so without a reload.
         expect(status).to_have_attribute("data-status", "done", timeout=LIVE)
         expect(status).to_have_text("done")
-        expect(page.locator(f"tr#monitor-{monitor_id}").get_by_role("button")).to_have_count(0)
+        expect(page.locator(f"tr#monitor-{monitor_id}").get_by_role("button")).to_have_text(["Delete"])  # ended
         expect(card.locator("p.decision")).to_have_attribute("data-status", "done", timeout=LIVE)
         expect(page.locator(f"li#conversation-{pk}").locator(".watching")).to_have_count(0, timeout=LIVE)
         assert_not_reloaded(page, documents)

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.processes import VIGIL, wait_healthy
 from tests.reliability.stack import Stack
 from tests.runner_restart import (
     adopted_watcher_is_stopped_by_a_cancel, runner_killed_mid_stream_loses_and_doubles_nothing,
@@ -21,8 +20,7 @@ from tests.runner_restart import (
 def embedded_stack():
     """`vigil serve` on SQLite with an owner and a runtime token, as a newcomer sets it up."""
     stack = Stack(Path(tempfile.mkdtemp(prefix="vigil-embedded-restart-")), "", "", RUNNER_POLL_SECONDS="2").setup()
-    stack._start("web", [VIGIL, "serve", "--host", "127.0.0.1", "--port", str(stack.port)])
-    wait_healthy(stack.base, stack.processes["web"], stack.logs["web"], timeout=60)
+    stack.start_web("serve")
     yield stack
     problems = stack.stop_all()
     stack.remove(keep=bool(problems))

@@ -65,14 +65,15 @@ class Stack:
     def auth(self) -> dict:
         return {"Authorization": f"Bearer {self.token}"}
 
-    def start_web(self) -> None:
-        """The first start picks a free port; a restart keeps it, as runners and wake links know the address."""
+    def start_web(self, command: str = "web") -> None:
+        """`vigil web` (or `vigil serve`, embedded). The first start picks a free port; a restart keeps it, as
+        runners and wake links know the address."""
         if not self.port:
-            served = serve_vigil([VIGIL, "web", "--host", "127.0.0.1"], lambda port: {  # a test's own address wins
+            served = serve_vigil([VIGIL, command, "--host", "127.0.0.1"], lambda port: {  # a test's own address wins
                 "PUBLIC_API_BASE_URL": f"http://127.0.0.1:{port}", **self.env}, self._mark("web"), timeout=60)
             self.processes["web"], self.port, self.env = served.process, served.port, served.env
             return
-        self._start("web", [VIGIL, "web", "--host", "127.0.0.1", "--port", str(self.port)])
+        self._start("web", [VIGIL, command, "--host", "127.0.0.1", "--port", str(self.port)])
         wait_healthy(self.base, self.processes["web"], self.logs["web"], timeout=60)
 
     def start_worker(self, name: str = "worker", threads: int = 4) -> None:

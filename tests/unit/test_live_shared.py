@@ -6,6 +6,7 @@ import asyncio
 import threading
 
 from app.live import Shared
+from tests.integration.helpers import run_coroutine
 
 
 def test_shared_load_runs_once_for_every_stream_that_asks():
@@ -22,7 +23,7 @@ def test_shared_load_runs_once_for_every_stream_that_asks():
         release.set()
         return await asyncio.gather(*waiting)
 
-    assert asyncio.run(streams()) == ["<tr>row</tr>"] * 20
+    assert run_coroutine(streams()) == ["<tr>row</tr>"] * 20
     assert calls == [1] and shared.loads == 1
 
 
@@ -41,7 +42,7 @@ def test_shared_load_survives_the_first_stream_closing_while_it_runs():
         release.set()
         return await second, first
 
-    value, first = asyncio.run(streams())
+    value, first = run_coroutine(streams())
     assert value == "row" and first.cancelled()
 
 
@@ -55,7 +56,7 @@ def test_shared_load_error_reaches_each_waiter_and_other_keys_load_on_their_own(
         results = await asyncio.gather(shared.get("a", broken), shared.get("a", broken), return_exceptions=True)
         return results, await shared.get("b", lambda: "b")
 
-    results, other = asyncio.run(streams())
+    results, other = run_coroutine(streams())
     assert [type(r) for r in results] == [LookupError, LookupError] and other == "b"
     assert shared.loads == 2
 
@@ -68,7 +69,7 @@ def test_shared_keeps_at_most_its_bound():
             await shared.get(key, lambda key=key: key)
         return await shared.get(0, lambda: "loaded again")
 
-    assert asyncio.run(fill()) == "loaded again"
+    assert run_coroutine(fill()) == "loaded again"
     assert len(shared._entries) <= 3
 
 
@@ -78,4 +79,4 @@ def test_shared_loads_again_after_its_keep_time():
     async def twice():
         return await shared.get("k", lambda: 1), await shared.get("k", lambda: 2)
 
-    assert asyncio.run(twice()) == (1, 2)
+    assert run_coroutine(twice()) == (1, 2)
