@@ -62,3 +62,16 @@ def shoot(page: Page, folder, name: str, end_width: int = 1280, no_sideways: boo
             assert page.evaluate("document.documentElement.scrollWidth") <= width, f"{name} scrolls sideways at {width}"
         page.screenshot(path=str(folder / f"{name}-{width}.png"), full_page=True)
     page.set_viewport_size({"width": end_width, "height": height})
+
+
+def console_errors(page: Page, responses: bool = False) -> list[str]:
+    """Every console error and uncaught exception of the page as they come (a refused inline script or style is
+    one; nothing is excused, the favicon included), and with `responses` every answer of 400 or more."""
+    seen: list[str] = []
+    page.on("console", lambda message: seen.append(f"{message.text} at {message.location.get('url')}")
+            if message.type == "error" else None)
+    page.on("pageerror", lambda error: seen.append(str(error)))
+    if responses:
+        page.on("response", lambda response: seen.append(f"{response.status} {response.url}")
+                if response.status >= 400 else None)
+    return seen

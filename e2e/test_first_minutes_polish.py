@@ -12,7 +12,7 @@ import requests
 from playwright.sync_api import Page, expect
 
 from e2e.api import wait_for
-from e2e.browser import LIVE, shoot
+from e2e.browser import LIVE, console_errors, shoot
 from tests.processes import vigil
 
 pytestmark = pytest.mark.e2e
@@ -40,19 +40,10 @@ def sign_in(page: Page, base: str) -> None:
     expect(page).to_have_url(f"{base}/settings/monitors")
 
 
-def console_errors(page: Page) -> list[str]:
-    """Every console error and uncaught exception, a favicon 404 included (none is excused)."""
-    errors: list[str] = []
-    page.on("console", lambda message: errors.append(f"{message.text} at {message.location.get('url')}")
-            if message.type == "error" else None)
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.on("response", lambda response: errors.append(f"{response.status} {response.url}")
-            if response.status >= 400 else None)
-    return errors
 
 
 def test_every_settings_page_has_no_console_error_and_marks_itself(page: Page, vigil_stack, newcomer, screenshots):
-    errors = console_errors(page)
+    errors = console_errors(page, responses=True)
     sign_in(page, vigil_stack.base)
     for path, label in SETTINGS.items():
         page.goto(f"{vigil_stack.base}{path}")
@@ -94,7 +85,7 @@ def test_a_wake_reads_as_words_with_the_untrusted_part_folded(page: Page, vigil_
     wait_for("two wakes", lambda: len(requests.get(f"{base}/api/conversations/{conversation}/messages",
                                                    headers=newcomer, timeout=10).json()["messages"]) == 2)
 
-    errors = console_errors(page)
+    errors = console_errors(page, responses=True)
     sign_in(page, base)
     page.locator("aside.sidebar li a", has_text=conversation).click()
     price = page.locator("li.message.wake", has_text="88.20 is below 90 (was 95.10)")

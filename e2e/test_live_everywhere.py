@@ -13,7 +13,8 @@ import pytest
 import requests
 from playwright.sync_api import Page, expect
 
-from e2e.browser import LIVE, assert_not_reloaded, mark_event_stream_open, shoot, watch_for_reloads
+from e2e.browser import (LIVE, assert_not_reloaded, console_errors, mark_event_stream_open, shoot,
+                         watch_for_reloads)
 from tests.processes import VIGIL, vigil
 
 pytestmark = pytest.mark.e2e
@@ -39,13 +40,6 @@ def signed_in(page: Page, stack, email: str, path: str) -> None:
     page.wait_for_function("() => window.__sseOpen === true", timeout=LIVE)
 
 
-def console_errors(page: Page) -> list[str]:
-    """Console errors and uncaught exceptions as they come (Chromium's own favicon request, a 404, aside)."""
-    seen: list[str] = []
-    page.on("console", lambda message: seen.append(message.text) if message.type == "error"
-            and not message.location.get("url", "").endswith("/favicon.ico") else None)
-    page.on("pageerror", lambda error: seen.append(str(error)))
-    return seen
 
 
 def create_monitor(stack, token: str, conversation: str, description: str, url: str) -> str:

@@ -12,7 +12,7 @@ import requests
 from playwright.sync_api import Page, expect
 
 from e2e.api import created_monitor
-from e2e.browser import LIVE, log_in, mark_event_stream_open, shoot
+from e2e.browser import LIVE, console_errors, log_in, mark_event_stream_open, shoot
 
 pytestmark = pytest.mark.e2e
 
@@ -24,16 +24,6 @@ FIRST = "Version 4.1 fixes the login loop and adds dark mode."
 SECOND = "Version 4.2 fixes the login loop, adds dark mode and <script>alert('hi')</script> escaping."
 
 
-def console_errors(page: Page) -> list[str]:
-    """Console errors and uncaught exceptions, as they come (a refused inline style is one); Chromium's own
-    request for /favicon.ico, which Vigil does not serve, is not the page's."""
-    seen: list[str] = []
-    page.on("console", lambda message: seen.append(f"{message.text} ({message.location.get('url')})")
-            if message.type == "error" and not message.location.get("url", "").endswith("/favicon.ico") else None)
-    page.on("pageerror", lambda error: seen.append(str(error)))
-    page.on("response", lambda response: seen.append(f"{response.status} {response.url}")
-            if response.status >= 400 else None)
-    return seen
 
 
 def test_monitor_page_charts_a_threshold_monitors_readings_live(page: Page, vigil_stack, pages, screenshots):
@@ -43,7 +33,7 @@ def test_monitor_page_charts_a_threshold_monitors_readings_live(page: Page, vigi
         "description": "ACMEB below 90 (e2e chart)", "source": {"type": "page", "url": url, "selector": "#price"},
         "check": {"type": "threshold", "op": "<", "value": 90}, "on_match": "Tell the user.", "interval": "1s",
         "max_wakes": 3})
-    errors = console_errors(page)
+    errors = console_errors(page, responses=True)
     mark_event_stream_open(page)
     log_in(page, stack)
     page.goto(f"{stack.base}/monitors/{monitor_id}")
@@ -79,7 +69,7 @@ def test_monitor_page_shows_a_pages_latest_change_word_by_word(page: Page, vigil
         "description": "the release notes change (e2e diff)", "source": {"type": "page", "url": url,
                                                                           "selector": "#notes"},
         "check": {"type": "change"}, "on_match": "Tell the user.", "interval": "1s", "max_wakes": 3})
-    errors = console_errors(page)
+    errors = console_errors(page, responses=True)
     mark_event_stream_open(page)
     log_in(page, stack)
     page.goto(f"{stack.base}/monitors/{monitor_id}")

@@ -11,7 +11,8 @@ import requests
 from playwright.sync_api import Page, expect
 
 from e2e.api import api_monitor, created_monitor, wait_for
-from e2e.browser import LIVE, assert_not_reloaded, log_in, mark_event_stream_open, shoot, watch_for_reloads
+from e2e.browser import (LIVE, assert_not_reloaded, console_errors, log_in, mark_event_stream_open, shoot,
+                         watch_for_reloads)
 
 pytestmark = pytest.mark.e2e
 
@@ -20,13 +21,6 @@ LONG = ("ACME Corp's quarterly investor-relations page, the price of its B share
         "should fall below ninety before the board meets on Thursday (a deliberately long description)")
 
 
-def console_errors(page: Page) -> list[str]:
-    """Console errors and uncaught exceptions as they come."""
-    errors: list[str] = []
-    page.on("console", lambda message: errors.append(message.text)  # Chromium's own /favicon.ico 404 aside
-            if message.type == "error" and not message.location.get("url", "").endswith("/favicon.ico") else None)
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    return errors
 
 
 def price_monitor(stack, pages, path: str, price: str, description: str, conversation: str = "e2e-glance",
