@@ -11,6 +11,8 @@ from engine.http import FetchError
 from engine.sources.base import SourceIO, SourcePolicy, SourceSpec
 
 FIELDS = frozenset({"type", "fire_at", "delay"})
+#: no lifetime is longer than this: a longer delay is refused before any date is computed from it
+MAX_DELAY_SECONDS = 3650 * 86400
 
 
 def parse(raw: dict, policy: SourcePolicy) -> SourceSpec:
@@ -23,6 +25,9 @@ def parse(raw: dict, policy: SourcePolicy) -> SourceSpec:
     seconds = parse_duration(delay)
     if seconds is None:
         raise SpecError(f"source.delay must look like '30m', '2h' or a number of seconds above 0 (got {delay!r}).")
+    if seconds > MAX_DELAY_SECONDS:
+        raise SpecError(f"source.delay ({delay!r}) is more than {MAX_DELAY_SECONDS // 86400} days; a time watch "
+                        "fires within its monitor's lifetime (expires_in), so give a shorter delay.")
     return SourceSpec(type="time", delay=seconds)
 
 
@@ -36,9 +41,13 @@ def parse_time(value: object) -> datetime:
     except ValueError:
         raise SpecError(f"source.fire_at is not an ISO 8601 time: {value!r}; write it like "
                         "2026-12-01T17:00:00Z or 2026-12-01T18:00:00+01:00.") from None
-    if when.tzinfo is not None:
-        when = when.astimezone(timezone.utc).replace(tzinfo=None)
-    return whole_second_up(when)
+    try:
+        if when.tzinfo is not None:
+            when = when.astimezone(timezone.utc).replace(tzinfo=None)
+        return whole_second_up(when)
+    except OverflowError:
+        raise SpecError(f"source.fire_at {value!r} is past any time a watch can wait for; give a time within its "
+                        "lifetime (expires_in).") from None
 
 
 def whole_second_up(when: datetime) -> datetime:

@@ -84,11 +84,14 @@ def test_a_parsed_infinity_is_refused_by_name_whatever_parsed_it(number):
         parse_create(arguments, Limits())
 
 
-def test_a_huge_time_watch_delay_is_refused_with_a_sentence(client, owner):
-    answer = client.post("/api/actions/monitors", headers={"Authorization": f"Bearer {owner[1]}"}, json={
-        "type": "time", "delay": "99999999999999999d", "description": "later",
-        "context": {"conversation_id": "c1"}})
-    assert answer.status_code < 500, answer.text
+@pytest.mark.parametrize("source,words", [({"type": "time", "delay": "99999999999999999d"}, "source.delay"),
+                                          ({"type": "time", "fire_at": "9999-12-31T23:59:59.5Z"}, "source.fire_at")])
+def test_a_huge_time_watch_delay_is_refused_with_a_sentence(client, owner, source, words):
+    body = tool(client, owner[1], "monitor_create", {"description": "later", "source": source}).json()
+    assert body["ok"] is False and words in body["error"], body
+    seed001 = client.post("/api/actions/monitors/create", headers={"Authorization": f"Bearer {owner[1]}"},
+                          json={"conversationId": "c1", "watchType": "time", "delayMinutes": 10**17})
+    assert seed001.status_code == 400 and "delay" in seed001.text.lower(), seed001.text
     with db():
         assert Monitor.select().count() == 0
 
