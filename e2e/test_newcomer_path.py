@@ -27,13 +27,13 @@ EMAIL, PASSWORD = "newcomer@example.com", "a-newcomers-password"
 
 @pytest.fixture()
 def fresh_vigil(tmp_path):
-    """`vigil serve` on an empty SQLite database: no account yet."""
+    """`vigil serve` on an empty SQLite database, on a port that is not 8000: no account yet."""
     env = {"VIGIL_DATA_DIR": str(tmp_path / "data"), "DATABASE_URL": "", "REDIS_URL": "",
            "FETCH_ALLOW_LOOPBACK": "true", "MONITOR_MIN_INTERVAL_SECONDS": "1", "SCHEDULER_TICK_SECONDS": "0.2",
            "PYTHONUNBUFFERED": "1"}
     log = tmp_path / "serve.log"
-    served = serve_vigil([VIGIL, "serve"], lambda port: {**env, "PUBLIC_API_BASE_URL": f"http://127.0.0.1:{port}"},
-                         log)
+    # no PUBLIC_API_BASE_URL: on its picked port (not 8000) the links it hands out must name that port by themselves
+    served = serve_vigil([VIGIL, "serve"], {**env, "PUBLIC_API_BASE_URL": "", "API_URL": ""}, log)
     try:
         yield served.base, log
     finally:
