@@ -21,6 +21,7 @@ from app.capacity import install_lanes, lanes_middleware
 from app.gate import credential_gate, ids_in_range
 from app.headers import security_headers
 from app.json_depth import json_depth
+from app.local_events import local_event
 from app.connections import ConnectionsController
 from app.conversations_api import ConversationsController, WakesController
 from app import mcp_server
@@ -84,10 +85,11 @@ def create_app(settings: Settings) -> Litestar:
                         PagesController, ModelsController, TriggersController, ApprovalsController, healthz, readyz, metrics,
                         DevicesController, RunnerController, DocumentsController, ActionsController, ToolsController,
                         ConnectionsController, WakeEndpointsController, WakesController, FirstRunController,
-                        TokensController, mcp, favicon,
+                        TokensController, mcp, favicon, local_event,
                         create_static_files_router(path="/static", directories=[STATIC])],
-        middleware=[security_headers, lanes_middleware, credential_gate, json_depth(settings.API_MAX_BODY_BYTES), session_cookies],
+        middleware=[lanes_middleware, credential_gate, json_depth(settings.API_MAX_BODY_BYTES), session_cookies],
         before_request=ids_in_range,
+        before_send=[security_headers],
         exception_handlers={**unavailable.HANDLERS, RequestEntityTooLarge: _too_large(settings.API_MAX_BODY_BYTES),
                             HTTPException: http_error},
         request_max_body_size=settings.API_MAX_BODY_BYTES,

@@ -8,7 +8,7 @@ carry secrets in their paths (an approval or trigger token), so no Referer leave
 
 from __future__ import annotations
 
-from litestar.types import ASGIApp, Message, Receive, Scope, Send
+from litestar.types import Message, Scope
 
 CONTENT_SECURITY_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
                            "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; "
@@ -18,21 +18,11 @@ HEADERS = ((b"content-security-policy", CONTENT_SECURITY_POLICY.encode()), (b"x-
 _NAMES = {name for name, _ in HEADERS}
 
 
-def security_headers(app: ASGIApp) -> ASGIApp:
-    """Litestar middleware: adds HEADERS to every HTTP answer that does not set them itself."""
-
-    async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await app(scope, receive, send)
-            return
-
-        async def sending(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = list(message.get("headers", ()))
-                present = {name.lower() for name, _ in headers} & _NAMES
-                message = {**message, "headers": headers + [h for h in HEADERS if h[0] not in present]}
-            await send(message)
-
-        await app(scope, receive, sending)
-
-    return middleware
+def security_headers(message: Message, scope: Scope) -> None:
+    """Litestar before_send hook: adds HEADERS to every HTTP answer that does not set them itself. A hook, not a
+    middleware, so the answers Litestar's router makes itself (404 for an unknown path, 405) carry them too."""
+    if message["type"] != "http.response.start":
+        return
+    headers = list(message.get("headers", ()))
+    present = {bytes(name).lower() for name, _ in headers} & _NAMES
+    message["headers"] = headers + [header for header in HEADERS if header[0] not in present]  # type: ignore[typeddict-item]

@@ -123,3 +123,13 @@ def test_open_paths_still_answer_without_a_token(client, owner):
     assert client.get("/api/tool/schema?format=openai").status_code == 200
     with db():
         assert TriggerLink.select().count() == 1
+
+
+@pytest.mark.parametrize("method,path", [("get", "/login"), ("get", "/no/such/page"), ("delete", "/login"),
+                                         ("post", "/api/tool/monitor"), ("get", "/static/vigil.js")])
+def test_every_answer_carries_the_page_security_headers(client, method, path):
+    """Pages, the router's own 404 and 405, the gate's 401 and static files alike."""
+    answer = getattr(client, method)(path)
+    assert "frame-ancestors 'none'" in answer.headers["content-security-policy"], (answer.status_code, path)
+    assert answer.headers["x-frame-options"] == "DENY" and answer.headers["x-content-type-options"] == "nosniff"
+    assert answer.headers["referrer-policy"] == "no-referrer"
