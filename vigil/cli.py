@@ -164,6 +164,7 @@ def _user_password(settings: Settings, args) -> int:
 
 def _token_create(settings: Settings, args) -> int:
     from adapters.events import make_bus
+    from adapters.serve_file import served_bus
     from models.accounts import AccountError, find_user, issue_token
     from tasks.events import publish_token
 
@@ -172,8 +173,11 @@ def _token_create(settings: Settings, args) -> int:
         if user is None:
             raise AccountError(f"no user with email {email}; create one with `vigil user create`")
         row, token = issue_token(user, label)
-        if settings.REDIS_URL:  # the owner's open Settings → Tokens pages list it (an embedded Vigil's are in-process)
-            publish_token(row, make_bus(settings.REDIS_URL, settings.DATABASE_URL))
+        # the owner's open Settings → Tokens pages list it: through Redis, or handed to a running `vigil serve`
+        bus = (make_bus(settings.REDIS_URL, settings.DATABASE_URL) if settings.REDIS_URL
+               else served_bus(settings.VIGIL_DATA_DIR))
+        if bus is not None:
+            publish_token(row, bus)
         return token
 
     token = _account_command(settings, make, args.email, args.label)

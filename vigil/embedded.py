@@ -74,10 +74,21 @@ def serve(settings: Settings, host: str, port: int) -> int:
         start_local_runner(settings, host, port, stop)
     _greet(settings, host, port)
     try:
-        return run_web(settings, host, port, greet=False)
+        with _advertised(settings, host, port):
+            return run_web(settings, host, port, greet=False)
     finally:
         stop.set()
         worker.stop(timeout=5000)
+
+
+def _advertised(settings: Settings, host: str, port: int):
+    """Embedded, serve.json tells `vigil token create` where to hand its event (adapters/serve_file.py); with Redis
+    the command publishes there itself."""
+    from contextlib import nullcontext
+
+    from adapters.serve_file import advertised
+
+    return advertised(settings.VIGIL_DATA_DIR, host, port) if settings.embedded else nullcontext()
 
 
 def _greet(settings: Settings, host: str, port: int) -> None:
