@@ -13,6 +13,7 @@ from engine.placeholders import fill, values as placeholder_values
 from engine.spec import MonitorSpec, check_from_record
 from engine.streams import ending_text, lines_text, notice_text, waking_lines
 from engine.wake import paused_text
+from models.compiled import Prepared
 from models.db import database, utcnow
 from models.devices import Presence, find_device, is_online
 from models.monitors import create_event_monitor, load_for_check
@@ -224,7 +225,7 @@ def store_records(device: Device, run_id: str, records: list[dict], now: datetim
     picks = _picks(device, run_id, records)
     with database.atomic():
         run = _locked_run(device, run_id)
-        monitor = load_for_check(run.monitor_id)
+        monitor = load_for_check(run.monitor_id)  # read after the run's lock: what the last records left
         stored = Stored(acked=run.acked_seq, monitor=monitor, status_before=monitor.status if monitor else "")
         for record in sorted(records, key=lambda r: r["seq"]):
             if record["seq"] <= stored.acked:
@@ -235,16 +236,35 @@ def store_records(device: Device, run_id: str, records: list[dict], now: datetim
                 raise RecordRefused(f"Run {run_id} has ended; it takes no record after its exit.", 409)
             _store_one(run, monitor, record, now, life, stored, picks.get(record["seq"]))
             stored.acked = record["seq"]
-        CommandRun.update(acked_seq=stored.acked, status=run.status, started_at=run.started_at,
-                          finished_at=run.finished_at, exit_code=run.exit_code, end_reason=run.end_reason) \
-            .where(CommandRun.id == run.id).execute()
+        _SAVE_RUN.rowcount(stored.acked, run.status, run.started_at, run.finished_at, run.exit_code,
+                           run.end_reason, run.id)
     return stored
+
+
+# a runner's POST of records runs these every time: peewee building their SQL cost more CPU than PostgreSQL
+# spent on them, so each is built once (and planned once per connection on PostgreSQL)
+_CHECK_OF_RUN = Prepared("vigil_run_check", lambda run_id, device_id: (
+    Monitor.select(Monitor.check).join(CommandRun, on=(CommandRun.monitor == Monitor.id))
+    .where((CommandRun.id == run_id) & (CommandRun.device == device_id))))
+_RUN_LOCKED = Prepared("vigil_run_locked", lambda run_id, device_id: _for_update(
+    CommandRun.select().where((CommandRun.id == run_id) & (CommandRun.device == device_id))))
+_NEW_RECORD = Prepared("vigil_run_record_new", lambda run_id, seq, kind, lines, received_at: RunRecord.insert({
+    RunRecord.run: run_id, RunRecord.seq: seq, RunRecord.kind: kind, RunRecord.lines: lines,
+    RunRecord.received_at: received_at}))
+_SAVE_RUN = Prepared("vigil_run_save", lambda acked, status, started, finished, code, reason, run_id: (
+    CommandRun.update({CommandRun.acked_seq: acked, CommandRun.status: status, CommandRun.started_at: started,
+                       CommandRun.finished_at: finished, CommandRun.exit_code: code, CommandRun.end_reason: reason})
+    .where(CommandRun.id == run_id)))
+
+
+def _for_update(query):
+    """Two requests (two web processes) with the same records: one at a time. SQLite's one writer needs none."""
+    return query.for_update() if database.for_update else query
 
 
 def _picks(device: Device, run_id: str, records: list[dict]) -> dict[int, list[str]]:
     """seq -> the lines of that `lines` record that wake, by the monitor's filter (none for an unknown run)."""
-    row = (Monitor.select(Monitor.check).join(CommandRun, on=(CommandRun.monitor == Monitor.id))
-           .where((CommandRun.id == run_id) & (CommandRun.device == device)).first())
+    row = _CHECK_OF_RUN.first(run_id, device.id)
     if row is None:
         return {}
     check = check_from_record(row.check)
@@ -253,10 +273,7 @@ def _picks(device: Device, run_id: str, records: list[dict]) -> dict[int, list[s
 
 
 def _locked_run(device: Device, run_id: str) -> CommandRun:
-    query = CommandRun.select().where((CommandRun.id == run_id) & (CommandRun.device == device))
-    if database.for_update:
-        query = query.for_update()  # two requests (two web processes) with the same records: one at a time
-    run = query.first()
+    run = _RUN_LOCKED.first(run_id, device.id)
     if run is None:
         raise RecordRefused(f"There is no run {run_id} of this device.", 404)
     if run.kind != "stream":
@@ -268,7 +285,7 @@ def _store_one(run: CommandRun, monitor: Monitor, record: dict, now: datetime, l
                stored: Stored, picked: list[str] | None = None) -> None:
     kind = record["kind"]
     lines, more = record.get("lines") or [], record.get("more", 0)
-    RunRecord.create(run=run.id, seq=record["seq"], kind=kind, lines=len(lines) + more, received_at=now)
+    _NEW_RECORD.rowcount(run.id, record["seq"], kind, len(lines) + more, now)
     if kind in ("started", "exit"):
         stored.watcher_changed = True
     if kind == "started":

@@ -89,6 +89,12 @@ class Prepared(Compiled):
         self._name = name
         self._resolved: dict[type, dict] = {}
 
+    def first(self, *params):
+        """The first row, mapped as `rows` maps them (the column resolution kept): the runner's records look up a
+        device, a run and its monitor by key on every POST."""
+        rows = self.rows(*params)
+        return rows[0] if rows else None
+
     def rows(self, *params) -> list:
         """Every row, as the model instances (joins included) `first` makes. peewee resolves the cursor's columns
         against the query's models on every call (~40% of the mapping's CPU for a monitor with its joins); the

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 from engine.denylist import DEFAULT_PATTERNS, checked_patterns
 from engine.tokens import new_token, same_secret, token_digest
+from models.compiled import Prepared
 from models.db import database, iso
 from models.tables import CommandRun, Device, PairingCode, User
 
@@ -93,12 +94,16 @@ def add_device(user: User, name: str, now: datetime) -> tuple[Device, str]:
     return device, token
 
 
+#: every runner call looks its device up: built once, and planned once per connection on PostgreSQL
+_BY_DIGEST = Prepared("vigil_device_by_digest", lambda digest: Device.select().where(Device.token_digest == digest))
+
+
 def device_for_token(token: str | None) -> Device | None:
     """The live (not revoked) device of a device token, or None."""
     if not token or not token.startswith(DEVICE_TOKEN_PREFIX) or len(token) > 200:
         return None
     digest = token_digest(token)
-    device = Device.get_or_none(Device.token_digest == digest)
+    device = _BY_DIGEST.first(digest)
     if device is None or device.revoked_at is not None or not same_secret(device.token_digest, digest):
         return None
     return device

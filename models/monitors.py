@@ -12,7 +12,7 @@ from engine.expect import deadline_of
 from engine.spec import MonitorSpec, spec_to_record
 from engine.wake import expired_text
 from models.claims import Claimed
-from models.compiled import Compiled
+from models.compiled import Prepared
 from models.db import database, iso, utcnow
 from models.documents import watch_key
 from models.events import record_event
@@ -96,8 +96,10 @@ def _kind(record: dict) -> str:
     return f"{record['source'].get('type', '?')}/{(record.get('check') or {}).get('type', '?')}"
 
 
-_FOR_CHECK = Compiled(lambda monitor_id: Monitor.select(Monitor, Conversation.id, Conversation.external_id)
-                      .join(Conversation).where(Monitor.id == monitor_id))
+#: prepared: the worker's checks and every POST of a runner's records load a monitor this way
+_FOR_CHECK = Prepared("vigil_monitor_for_check", lambda monitor_id: (
+    Monitor.select(Monitor, Conversation.id, Conversation.external_id).join(Conversation)
+    .where(Monitor.id == monitor_id)))
 
 
 def load_for_check(monitor_id: str) -> Monitor | None:
