@@ -440,6 +440,8 @@ def _update_sql(columns: tuple[tuple[str, bool], ...], after: str, guards: tuple
 #: SQLite's wake (PostgreSQL writes it in models/coalesce._WAKE_SQL)
 _NEW_WAKE = Compiled(lambda monitor_id, dedupe_key, created_at: Wake.insert({
     Wake.monitor: monitor_id, Wake.dedupe_key: dedupe_key, Wake.created_at: created_at}).on_conflict_ignore())
+_WAKE_ID = Compiled(lambda monitor_id, dedupe_key: Wake.select(Wake.id).where(
+    (Wake.monitor == monitor_id) & (Wake.dedupe_key == dedupe_key)))
 
 
 def write_wake(monitor: Monitor, source: str, dedupe_key: str, text: str, extra: dict):
@@ -454,7 +456,7 @@ def write_wake(monitor: Monitor, source: str, dedupe_key: str, text: str, extra:
         return _settled(monitor, written, text, metadata, now)
     if _NEW_WAKE.rowcount(monitor.id, dedupe_key, now) != 1:
         return None
-    wake_id = Wake.get((Wake.monitor == monitor.id) & (Wake.dedupe_key == dedupe_key)).id
+    wake_id = _WAKE_ID.scalar(monitor.id, dedupe_key)
     _log_wake(monitor, wake_id, source)
     seconds = window_seconds(monitor.conversation_id)
     if seconds:
