@@ -18,7 +18,7 @@ from app.actions import ActionsController
 from app.approvals import ApprovalsController
 from app.auth import session_cookies
 from app.capacity import install_lanes, lanes_middleware
-from app.gate import credential_gate, ids_in_range
+from app.gate import credential_gate
 from app.headers import security_headers
 from app.json_depth import json_depth
 from app.local_events import local_event
@@ -88,7 +88,6 @@ def create_app(settings: Settings) -> Litestar:
                         TokensController, mcp, favicon, local_event,
                         create_static_files_router(path="/static", directories=[STATIC])],
         middleware=[lanes_middleware, credential_gate, json_depth(settings.API_MAX_BODY_BYTES), session_cookies],
-        before_request=ids_in_range,
         before_send=[security_headers],
         exception_handlers={**unavailable.HANDLERS, RequestEntityTooLarge: _too_large(settings.API_MAX_BODY_BYTES),
                             HTTPException: http_error},

@@ -18,9 +18,10 @@ HEADERS = ((b"content-security-policy", CONTENT_SECURITY_POLICY.encode()), (b"x-
 _NAMES = {name for name, _ in HEADERS}
 
 
-def security_headers(message: Message, scope: Scope) -> None:
+async def security_headers(message: Message, scope: Scope) -> None:
     """Litestar before_send hook: adds HEADERS to every HTTP answer that does not set them itself. A hook, not a
-    middleware, so the answers Litestar's router makes itself (404 for an unknown path, 405) carry them too."""
+    middleware, so the answers Litestar's router makes itself (404 for an unknown path, 405) carry them too. Async
+    on purpose: Litestar runs a plain function hook in its thread pool, for every message of every answer."""
     if message["type"] != "http.response.start":
         return
     headers = list(message.get("headers", ()))
