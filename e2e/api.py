@@ -7,15 +7,20 @@ import time
 import requests
 
 
-def created_monitor(stack, conversation: str, arguments: dict) -> str:
-    """monitor_create through the tool endpoint, as an agent calls it; the new monitor's id."""
+def created(stack, conversation: str, arguments: dict) -> dict:
+    """monitor_create through the tool endpoint, as an agent calls it; the tool's result."""
     response = requests.post(f"{stack.base}/api/tool/monitor", headers=stack.auth, timeout=15, json={
         "action": "monitor_create", "context": {"conversation_id": conversation, "channel": "chat"},
         "arguments": arguments})
     response.raise_for_status()
     body = response.json()
     assert body["ok"], body
-    return body["result"]["monitor_id"]
+    return body["result"]
+
+
+def created_monitor(stack, conversation: str, arguments: dict) -> str:
+    """created(); the new monitor's id."""
+    return created(stack, conversation, arguments)["monitor_id"]
 
 
 def api_monitor(stack, monitor_id: str) -> dict:

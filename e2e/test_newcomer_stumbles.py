@@ -10,6 +10,7 @@ import pytest
 import requests
 from playwright.sync_api import Page, expect
 
+from e2e.api import created
 from e2e.browser import LIVE, WIDTHS, log_in, mark_event_stream_open, open_conversation
 from engine.signatures import sign
 
@@ -19,13 +20,7 @@ LONG_WORD = "unbroken" * 37 + "word"  # 300 characters, no place to break
 
 
 def create(stack, conversation_id: str, description: str, source: dict, **arguments) -> dict:
-    response = requests.post(f"{stack.base}/api/tool/monitor", headers=stack.auth, timeout=15, json={
-        "action": "monitor_create", "context": {"conversation_id": conversation_id, "channel": "chat"},
-        "arguments": {"description": description, "source": source, **arguments}})
-    response.raise_for_status()
-    body = response.json()
-    assert body["ok"], body
-    return body["result"]
+    return created(stack, conversation_id, {"description": description, "source": source, **arguments})
 
 
 def test_trigger_card_shows_the_link_ended_after_its_one_wake(page: Page, vigil_stack, screenshots):

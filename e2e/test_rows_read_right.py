@@ -11,6 +11,7 @@ import pytest
 import requests
 from playwright.sync_api import Browser, Page, expect
 
+from e2e.api import created
 from e2e.browser import LIVE, assert_not_reloaded, log_in, mark_event_stream_open, shoot, watch_for_reloads
 from engine.signatures import sign
 
@@ -22,13 +23,7 @@ COMMENT = "Go ahead: the release notes are signed off."
 
 
 def create(stack, description: str, source: dict, **arguments) -> dict:
-    response = requests.post(f"{stack.base}/api/tool/monitor", headers=stack.auth, timeout=15, json={
-        "action": "monitor_create", "context": {"conversation_id": CONVERSATION, "channel": "chat"},
-        "arguments": {"description": description, "source": source, **arguments}})
-    response.raise_for_status()
-    body = response.json()
-    assert body["ok"], body
-    return body["result"]
+    return created(stack, CONVERSATION, {"description": description, "source": source, **arguments})
 
 
 
