@@ -57,9 +57,12 @@ def _new_account(email: str, password: str) -> tuple[str, str]:
 
 
 def _password_hash(password: str) -> str:
-    """The hash of a new password, or AccountError when it is too short."""
+    """The hash of a new password, or AccountError when it is too short or holds a control character (a NUL or a
+    newline can't be typed at a login form, so such a password could never be used)."""
     if len(password) < 8:
         raise AccountError("the password must be at least 8 characters")
+    if any(ord(char) < 32 or ord(char) == 127 for char in password):
+        raise AccountError("the password can't hold control characters (NUL, tab, newline); use printable ones")
     return hash_password(password)
 
 

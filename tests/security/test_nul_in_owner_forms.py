@@ -58,3 +58,20 @@ def test_sign_in_with_nul_in_the_email_is_a_wrong_password(owner_browser):
     answer = client.post(f"{BASE}/login", data={"_csrf": csrf, "email": "owner\x00@example.com", "password": "x"},
                          cookies=visitor, allow_redirects=False)
     assert answer.status_code == 400 and "Wrong email or password" in answer.text
+
+
+@pytest.mark.parametrize("password", ["\x00" * 12, "good-pass\x00word", "tab\tin-the-middle", "new\nline-here"])
+def test_a_new_password_with_control_characters_is_refused_and_nothing_changes(owner, password):
+    """No login form can type a NUL or a newline, so such a password could never be used to sign in."""
+    from models import database
+    from models.accounts import AccountError, change_password, create_user
+    from models.tables import User
+
+    with database.connection_context():
+        with pytest.raises(AccountError, match="control characters"):
+            create_user("nul@example.com", password)
+        before = User.get_by_id(owner[0].id).password_hash
+        with pytest.raises(AccountError, match="control characters"):
+            change_password(owner[0], password)
+        assert User.get_by_id(owner[0].id).password_hash == before
+        assert not User.select().where(User.email == "nul@example.com").exists()
