@@ -73,6 +73,13 @@ class Settings:
     """Normalized text is cut at this size. Default 262144 (256 KiB)."""
     FETCH_ALLOW_LOOPBACK: bool = False
     """Allow sources on 127.0.0.0/8 and ::1 (tests, local dashboards). Default false."""
+    OUTBOUND_PROXY: str = ""
+    """An egress forward proxy every outbound request goes through (fetches, tool steps, judge models, wake pushes,
+    MCP connections, the browser's requests): http://host:port or http://user:password@host:port; https is tunnelled
+    with CONNECT. The SSRF guard still runs first. Default empty: requests go direct."""
+    NO_PROXY: str = ""
+    """Comma-separated hosts, domains (.example.com: it and its subdomains), addresses or CIDR blocks, each with an
+    optional :port, reached directly even with OUTBOUND_PROXY; `*` for all. Default empty."""
     FETCH_SHARED_CACHE_BYTES: int = 8 * 1024 * 1024
     """Memory each worker process keeps the answers of recent fetches in, so monitors of the same url share one
     fetch per interval window; 0 turns sharing off. Default 8388608 (8 MiB)."""
@@ -158,6 +165,21 @@ class Settings:
     """Most monitors claimed in one tick. Default 500."""
     WORKER_THREADS: int = 4
     """Worker threads of the embedded (vigil serve) worker. Default 4."""
+    BROWSER_CDP_URL: str = ""
+    """A browser service pages with render: browser are rendered in, over the Chrome DevTools Protocol: a Chromium
+    started with --remote-debugging-port (http://host:9222) or a browserless-style ws:// endpoint. Renders run on
+    the `browser` queue (`vigil worker --queues browser`). Default empty: a local Chromium in embedded mode only."""
+    BROWSER_EXECUTABLE: str = ""
+    """The Chromium launched (once per process, reused) when BROWSER_CDP_URL is empty. Default empty: in embedded
+    mode `chromium` on PATH; in production none (set BROWSER_CDP_URL instead)."""
+    BROWSER_CONCURRENCY: int = 2
+    """Pages one process renders at once; more renders wait their turn. Default 2."""
+    BROWSER_SCREENSHOT_MAX_BYTES: int = 200 * 1024
+    """The largest JPEG kept of what a rendered page showed (on its baseline and each fire); a bigger one is taken
+    again at lower quality, or not kept. Default 204800 (200 KiB)."""
+    MONITOR_SCREENSHOTS_KEPT: int = 5
+    """Screenshots kept per monitor (a rendered page's baseline and latest fires), older ones deleted; 0 keeps
+    none. Default 5."""
     CREATE_CONCURRENCY: int = 8
     """Most first checks (baseline fetches of monitor_create) one web process runs at once; a call over it is
     told to try again in a few seconds. Default 8."""
@@ -239,10 +261,14 @@ class Settings:
         if not 1 <= self.TOOL_MIN_INTERVAL_SECONDS <= 86400:
             raise SettingsError("TOOL_MIN_INTERVAL_SECONDS must be from 1 to 86400 (a day, the longest tool interval)")
         self.listen_addresses  # noqa: B018 - a bad WEB_LISTEN_ADDRESSES fails here, at start-up
+        self.egress  # noqa: B018 - and a bad OUTBOUND_PROXY or NO_PROXY
         for name in ("MONITOR_EVENTS_KEPT", "CREATE_CONCURRENCY", "CREATE_CONCURRENCY_PER_ACCOUNT", "API_RATE_PER_MINUTE",
                      "API_MAX_BODY_BYTES", "WEB_THREADS", "WEB_PUBLIC_THREADS", "DATABASE_MAX_CONNECTIONS"):
             if getattr(self, name) < 1:
                 raise SettingsError(f"{name} must be at least 1")
+        if self.BROWSER_CONCURRENCY < 1 or self.MONITOR_SCREENSHOTS_KEPT < 0 or self.BROWSER_SCREENSHOT_MAX_BYTES < 1024:
+            raise SettingsError("BROWSER_CONCURRENCY must be at least 1, MONITOR_SCREENSHOTS_KEPT 0 or more, and "
+                                "BROWSER_SCREENSHOT_MAX_BYTES at least 1024")
         if not 0 <= self.WAKE_COALESCE_SECONDS <= 3600:
             raise SettingsError("WAKE_COALESCE_SECONDS must be from 0 (off) to 3600")
         if self.FETCH_SHARED_CACHE_BYTES < 0:
@@ -273,6 +299,15 @@ class Settings:
                                     f"[::]:8000, not {item!r}")
             pairs.append((host.strip("[]"), int(port)))
         return tuple(pairs)
+
+    @property
+    def egress(self):
+        """OUTBOUND_PROXY and NO_PROXY as an engine.egress.Egress, or None when no proxy is set."""
+        from engine.egress import Egress, ProxySettingError
+        try:
+            return Egress.of(self.OUTBOUND_PROXY, self.NO_PROXY)
+        except ProxySettingError as exc:
+            raise SettingsError(str(exc)) from None
 
     def listening_on(self, host: str, port: int) -> "Settings":
         """These settings with `host`:`port` added to WEB_LISTEN_ADDRESSES (what `vigil serve`/`vigil web` bind)."""
