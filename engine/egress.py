@@ -49,9 +49,8 @@ class Proxy:
             lines.append(f"Proxy-Authorization: {self.authorization}")
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
-    def open_tunnel(self, host: str, port: int, timeout: float) -> socket.socket:
-        """A socket through the proxy to `host`:`port`, ready for TLS (blocking; what engine/wire.py uses)."""
-        sock = self.open(timeout)
+    def tunnel(self, sock: socket.socket, host: str, port: int) -> None:
+        """Asks the proxy, over `sock` (a connection to it), for a tunnel to `host`:`port`; FetchError if refused."""
         try:
             sock.sendall(self.connect_head(host, port))
             head = b""
@@ -64,11 +63,9 @@ class Proxy:
                     raise FetchError(f"The egress proxy {self.shown} closed the connection instead of answering.",
                                      unreachable=True)
                 head += chunk
-            check_connect_answer(self, head, host, port)
-        except BaseException:
-            sock.close()
-            raise
-        return sock
+        except OSError as exc:
+            raise FetchError(f"The egress proxy {self.shown} did not answer CONNECT.", unreachable=True) from exc
+        check_connect_answer(self, head, host, port)
 
     def open(self, timeout: float) -> socket.socket:
         """A TCP connection to the proxy itself (not guarded: the operator chose it)."""

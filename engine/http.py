@@ -19,6 +19,7 @@ from urllib.parse import quote, urljoin, urlsplit, urlunparse
 from urllib3.util import parse_url
 
 from engine.addresses import Own, check_url
+from engine.egress import Egress
 from engine.errors import BlockedURL, FetchError
 from engine.wire import (
     CHUNK, BadRequest, ConnectFailed, Connection, Deadline, Inflater, Origin, Pool, Sent, Target, request_head,
@@ -43,6 +44,8 @@ class FetchPolicy:
     max_redirects: int = 5
     #: Vigil's own origins and listening addresses: refused at connect, FETCH_ALLOW_LOOPBACK or not
     own: Own | None = None
+    #: the operator's egress proxy (OUTBOUND_PROXY, NO_PROXY); the guard above still decides first
+    egress: Egress | None = None
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,7 @@ class Fetcher:
         if deadline.left() <= 0:
             raise _timed_out(url, deadline)
         try:
-            target = _target(url, self.policy.allow_loopback, self.policy.own)
+            target = _target(url, self.policy.allow_loopback, self.policy.own, self.policy.egress)
             head = request_head(method, target, headers, body)  # a header that cannot be sent touches no connection
         except ValueError as exc:
             raise _translate(exc, url, deadline) from exc
@@ -244,11 +247,15 @@ def _prepare(url: str) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
-def _target(url: str, allow_loopback: bool, own: Own | None = None) -> Target:
+def _target(url: str, allow_loopback: bool, own: Own | None = None, egress: Egress | None = None) -> Target:
+    """Plain http through the operator's proxy is asked in absolute form (https goes through a tunnel instead)."""
     prepared = _prepare(url)
     parts = parse_url(prepared)
     tls = parts.scheme == "https"
-    origin = Origin(tls, parts.host, parts.port or (443 if tls else 80), allow_loopback, own)
+    origin = Origin(tls, parts.host, parts.port or (443 if tls else 80), allow_loopback, own, egress)
+    proxy = None if tls else origin.proxy
+    if proxy is not None:
+        return Target(prepared, origin, f"http://{origin.host_header}{parts.request_uri}", proxy.authorization)
     return Target(prepared, origin, parts.request_uri)
 
 

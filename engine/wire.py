@@ -25,6 +25,7 @@ from socket import create_connection
 import certifi
 
 from engine.addresses import Own, resolve_guarded
+from engine.egress import Egress, Proxy
 
 #: bytes read (and sent, for a body) at a time
 CHUNK = 65536
@@ -138,14 +139,19 @@ class Connection:
     def connect(self, deadline: Deadline) -> None:
         error: OSError = OSError("no address to connect to")
         host, port = self.origin.name, self.origin.port
-        for address in resolve_guarded(host, port, self.origin.allow_loopback, self.origin.own):
-            try:
-                sock = create_connection((address, port), max(deadline.left(), 0.001))
-                break
-            except OSError as exc:
-                error = exc
+        addresses = resolve_guarded(host, port, self.origin.allow_loopback, self.origin.own)
+        proxy = self.origin.proxy
+        if proxy is not None:  # checked above all the same; the operator's proxy is asked for the name
+            sock = self._through(proxy, deadline)
         else:
-            raise ConnectFailed(str(error)) from error
+            for address in addresses:
+                try:
+                    sock = create_connection((address, port), max(deadline.left(), 0.001))
+                    break
+                except OSError as exc:
+                    error = exc
+            else:
+                raise ConnectFailed(str(error)) from error
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if self._context is not None:
@@ -158,6 +164,19 @@ class Connection:
             sock.close()
             raise
         self.sock = sock
+
+    def _through(self, proxy: Proxy, deadline: Deadline) -> socket.socket:
+        """A connection to the proxy: a CONNECT tunnel to the origin for https, the proxy itself for plain http
+        (whose requests are then written in absolute form, engine/http.py's _target)."""
+        sock = proxy.open(deadline.left())
+        if self.origin.tls:
+            deadline.attach(sock)  # the watchdog shuts a proxy that stalls the CONNECT down with the deadline
+            try:
+                proxy.tunnel(sock, self.origin.name, self.origin.port)
+            except BaseException:
+                sock.close()
+                raise
+        return sock
 
     def exchange(self, head: bytes, body: bytes | None, method: str) -> Answer:
         """Sends the request and reads the answer's status line and headers."""
@@ -281,6 +300,13 @@ class Origin:
     allow_loopback: bool
     #: Vigil itself, which the guard refuses whatever the other rules allow
     own: Own | None = None
+    #: the operator's egress proxy (OUTBOUND_PROXY, NO_PROXY), or None: every request direct
+    egress: Egress | None = None
+
+    @functools.cached_property
+    def proxy(self) -> Proxy | None:
+        """The proxy this origin is reached through, or None (no proxy, or NO_PROXY names it)."""
+        return self.egress.proxy_for(self.name, self.port) if self.egress else None
 
     @property
     def name(self) -> str:
@@ -300,6 +326,8 @@ class Target:
     url: str
     origin: Origin
     path: str
+    #: Proxy-Authorization of a plain-http request sent to the operator's proxy (whose path is then absolute)
+    proxy_authorization: str = ""
 
 
 class Pool:
@@ -388,6 +416,8 @@ def request_head(method: str, target: Target, headers: dict[str, str], body: byt
     if not any(name.lower() == "host" for name in headers):
         lines.append(f"Host: {target.origin.host_header}")
     lines.extend(_header_line(name, value) for name, value in headers.items())
+    if target.proxy_authorization:
+        lines.append(f"Proxy-Authorization: {target.proxy_authorization}")
     if body is not None or method in _BODY_METHODS:
         lines.append(f"Content-Length: {len(body or b'')}")
     lines.append("\r\n")

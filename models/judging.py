@@ -11,6 +11,7 @@ from adapters.metrics import count_judge_call
 from engine.addresses import Own
 from engine.checks import Verdict
 from engine.crypto import DecryptError, Keyring
+from engine.egress import Egress
 from engine.judge import JudgeError, JudgeModel, judge
 from engine.judge_transport import guarded_session
 from engine.pipeline import CHANGED, FIRED, Outcome
@@ -31,6 +32,8 @@ class JudgePolicy:
     allow_private: bool = False
     #: Vigil itself, which an account's model may never be (engine/addresses.Own)
     own: Own | None = None
+    #: the operator's egress proxy (OUTBOUND_PROXY, NO_PROXY) an account's model is called through
+    egress: Egress | None = None
 
 
 @dataclass(frozen=True)
@@ -65,7 +68,7 @@ def judge_match(monitor: Monitor, outcome: Outcome, session: requests.Session, p
     if model is None:
         return JudgeStep(outcome, unchecked=True)
     if model is not policy.fallback:
-        session = guarded_session(policy.allow_private, policy.own)
+        session = guarded_session(policy.allow_private, policy.own, policy.egress)
     try:
         verdict = judge(session, model, monitor.description, monitor.condition, outcome.text)
     except JudgeError as exc:

@@ -91,10 +91,11 @@ def _fetcher(settings) -> Fetcher:
     """This thread's fetcher for pushes: the SSRF guard (never to Vigil itself), 15 s, no redirects, connections
     kept between pushes."""
     fetcher = getattr(_local, "fetcher", None)
-    allow_loopback, own = settings.FETCH_ALLOW_LOOPBACK, own_endpoints(settings)
-    if fetcher is None or (fetcher.policy.allow_loopback, fetcher.policy.own) != (allow_loopback, own):  # changed
+    allow_loopback, own, egress = settings.FETCH_ALLOW_LOOPBACK, own_endpoints(settings), settings.egress
+    if fetcher is None or (fetcher.policy.allow_loopback, fetcher.policy.own, fetcher.policy.egress) != (
+            allow_loopback, own, egress):  # changed
         policy = FetchPolicy(timeout=TIMEOUT_SECONDS, max_bytes=ANSWER_BYTES, allow_loopback=allow_loopback,
-                             max_redirects=0, own=own)
+                             max_redirects=0, own=own, egress=egress)
         fetcher = _local.fetcher = Fetcher(policy, user_agent="Vigil/0.1 (+wake push)")
     return fetcher
 
