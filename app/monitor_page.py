@@ -17,6 +17,7 @@ from models import connection, utcnow
 from models.conversations import user_conversations
 from models.events import history, item_json
 from models.monitors import find_monitor, monitor_json
+from models.screenshots import screenshot_image, screenshots_of
 from models.readings import is_numeric, is_text_change, latest_change, monitor_chart
 from models.tables import ACTIVE, Message
 
@@ -61,6 +62,18 @@ class MonitorPageController(Controller):
         """The chart or the diff alone (pictures, below)."""
         return picture_partial(request, monitor_id, which)
 
+    @get("/monitors/{monitor_id:str}/screenshots/{shot_id:int}", sync_to_thread=True)
+    def screenshot(self, request: Request, monitor_id: FromPath[str], shot_id: FromPath[int]) -> Response:
+        """A rendered page's screenshot (JPEG), for its owner's session only: anyone else gets 404."""
+        user = session_user(request)
+        if user is None:
+            raise NotFoundException("Sign in first.")
+        with connection():
+            image = screenshot_image(user.id, monitor_id, shot_id)
+        if image is None:
+            raise NotFoundException("No such screenshot on your account.")
+        return Response(image, media_type="image/jpeg", headers={"Cache-Control": "private, max-age=86400"})
+
     @get("/monitors/{monitor_id:str}/evidence", sync_to_thread=True)
     def evidence_partial(self, request: Request, monitor_id: FromPath[str]) -> Response:
         """The evidence section alone: the page fetches it when the monitor's event arrives on its stream."""
@@ -75,14 +88,17 @@ class MonitorPageController(Controller):
         return Response(html, media_type="text/html", headers=NO_STORE)
 
 
-PICTURES = {"chart": "partials/_monitor_chart.html", "diff": "partials/_monitor_diff.html"}
+PICTURES = {"chart": "partials/_monitor_chart.html", "diff": "partials/_monitor_diff.html",
+            "screenshots": "partials/_monitor_screenshots.html"}
 
 
 def pictures(monitor) -> dict:
     """What the chart and diff partials render, from the stored events only: a numeric monitor's readings
     (models/readings.monitor_chart), a page monitor's latest change word by word (latest_change)."""
+    rendered = bool((monitor.source or {}).get("render"))
     return {"monitor": monitor, "chart_shown": is_numeric(monitor), "chart": monitor_chart(monitor, utcnow()),
-            "diff_shown": is_text_change(monitor), "change": latest_change(monitor)}
+            "diff_shown": is_text_change(monitor), "change": latest_change(monitor),
+            "screenshots_shown": rendered, "screenshots": screenshots_of(monitor.id) if rendered else []}
 
 
 def picture_partial(request: Request, monitor_id: str, which: str) -> Response:

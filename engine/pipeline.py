@@ -51,6 +51,8 @@ class Outcome:
     validators: Validators | None = None
     #: quiet because the server answered 304 to the stored validators: nothing was read or hashed
     not_modified: bool = False
+    #: a JPEG of what a page rendered in a browser showed, taken on its baseline and fires (models/screenshots.py)
+    picture: bytes | None = None
 
 
 def run_check(io: SourceIO | Fetcher, source: SourceSpec, check: CheckSpec, prior: Prior,

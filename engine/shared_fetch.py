@@ -103,9 +103,10 @@ def claim_order(source: dict) -> str:
 
 def fetch_key(source: dict) -> str:
     """The url whose one GET a claimed monitor may share with the others of its batch, or "" when its check
-    reads on its own (not an HTTP source, or a url with placeholders: another url each check)."""
+    reads on its own (not an HTTP source, a url with placeholders: another url each check, or a page rendered in a
+    browser, which makes no GET of its own)."""
     url = claim_order(source)
-    return "" if has_placeholders(url) else url
+    return "" if source.get("render") or has_placeholders(url) else url
 
 
 class SharedFetches:

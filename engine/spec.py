@@ -149,6 +149,8 @@ OWN_CADENCE = ("time", "document", "ingest")
 #: check fields left out of the stored record at their defaults (issue 18's options), so a check without them is
 #: stored as before
 _CHECK_DEFAULTS = {"hold_for": 1, "rearm": None}
+#: source fields left out of the stored record when unset (issue 31's render), so other sources are stored as before
+_SOURCE_OPTIONAL = ("render", "wait_for")
 
 
 def refuse_non_finite(value: object, where: str) -> None:
@@ -166,7 +168,9 @@ def refuse_non_finite(value: object, where: str) -> None:
 def spec_to_record(spec: MonitorSpec) -> dict:
     check = {key: value for key, value in asdict(spec.check).items()
              if key not in _CHECK_DEFAULTS or value != _CHECK_DEFAULTS[key]}
-    return {"source": asdict(spec.source), "check": check}
+    source = {key: value for key, value in asdict(spec.source).items()
+              if key not in _SOURCE_OPTIONAL or value is not None}
+    return {"source": source, "check": check}
 
 
 def source_from_record(data: dict) -> SourceSpec:

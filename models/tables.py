@@ -456,8 +456,9 @@ class McpConnection(BaseModel):
 # The wake-push outbox's tables live in models/push_tables.py (this module stays under 500 lines); they are
 # re-exported here, and only here imports that module.
 from models.push_tables import WakeAttempt, WakeEndpoint, WakePush  # noqa: E402
+from models.screenshots import Screenshot  # noqa: E402
 
 ALL_TABLES = [User, ApiToken, Conversation, Message, Monitor, MonitorRun, Wake, HeldWake, JudgeModel, TokenUsage,
               TriggerLink, Delivery, AuditEvent, ApprovalRequest, Device, PairingCode, CommandRun, RunRecord,
               CommandApproval, Document, AgentTool, ToolApproval, McpConnection, WakeEndpoint, WakePush,
-              WakeAttempt, BrowserSession]
+              WakeAttempt, BrowserSession, Screenshot]

@@ -70,7 +70,7 @@ def read_checked(spec: SourceSpec, io: SourceIO, placeholders: dict | None = Non
     """read(), with the source's GET (page, json, feed, metric) asking with `validators`; the answer says
     whether it was a 304 and which validators to keep. A url with placeholders is another url from one check
     to the next, so it neither sends nor keeps any."""
-    if spec.url and has_placeholders(spec.url):
+    if spec.render or (spec.url and has_placeholders(spec.url)):  # a browser sends no validators either
         return Fetched(read(spec, io, placeholders))
     conditional = ConditionalFetcher(io.fetcher, validators)
     body = read(spec, SourceIO(conditional, io.policy), placeholders)  # not dataclasses.replace: ~4 µs a check

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from engine.addresses import check_url
 from engine.errors import BlockedURL, FetchError, SpecError
@@ -48,19 +49,36 @@ class SourceSpec:
     connection: str | None = None
     tool_id: int | None = None
     tool_fingerprint: str | None = None
+    #: a page read as a person sees it: "browser" renders it in Chromium (issue 31); None reads the server's HTML
+    render: str | None = None
+    #: with render "browser", a CSS selector the rendered page must show before it is read
+    wait_for: str | None = None
 
 
 @dataclass(frozen=True)
 class SourcePolicy:
     """What an operator allows sources to read, beyond the public web."""
     file_roots: tuple[str, ...] = ()
+    #: whether this instance can render pages in a browser (BROWSER_CDP_URL, or a local Chromium)
+    browser: bool = False
+
+
+class Renderer(Protocol):
+    """One check's browser page (adapters/browser.RenderSession): what a page source with render "browser"
+    reads through, as others read through the fetcher."""
+
+    def render(self, url: str, selector: str | None, wait_for: str | None) -> bytes:
+        """The rendered page's text as a JSON list, one string per outermost match of `selector` (the body
+        without one); raises FetchError when the page can't be read."""
 
 
 @dataclass
 class SourceIO:
-    """The ways a source may read: the guarded fetcher, and the allowed file roots."""
+    """The ways a source may read: the guarded fetcher, the allowed file roots, a browser page."""
     fetcher: Fetcher
     policy: SourcePolicy = field(default_factory=SourcePolicy)
+    #: a browser page for a source rendered in one; None where none was set up for this read
+    renderer: Renderer | None = None
 
 
 @dataclass(frozen=True)
