@@ -6,7 +6,8 @@ that have no running event loop. It must not be called from a thread that is run
 
 Every connection the SDK's httpx2 client opens goes through engine/http.py's SSRF rules at connect time:
 the host is resolved and every address checked by `resolve_guarded` (never Vigil itself), then connected to by
-address (TLS still verifies the URL's host name). Env proxies are ignored, redirects are followed only within the
+address (TLS still verifies the URL's host name); with OUTBOUND_PROXY, checked the same way and then asked of the
+operator's proxy (engine/egress.py). Env proxies are ignored, redirects are followed only within the
 endpoint's origin (the SDK's rule), and one call reads at most MAX_RESPONSE_BYTES. The bearer token is sent
 as a header only: it is never logged and is scrubbed from every error message, even one a hostile server
 echoes back.
@@ -35,6 +36,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from engine.addresses import Own, check_url, resolve_guarded
+from engine.egress import Egress, Proxy
 from engine.errors import BlockedURL, FetchError
 
 log = logging.getLogger(__name__)
@@ -86,16 +88,17 @@ class McpError(Exception):
 
 
 def list_tools(url: str, bearer_token: str | None, timeout: float = 10.0, *,
-               allow_loopback: bool = False, own: Own | None = None) -> list[McpTool]:
-    """Every tool the server lists, following pagination cursors. `own` is Vigil itself, never connected to."""
-    return _run(url, bearer_token, timeout, (allow_loopback, own), _list_all, "list its tools")
+               allow_loopback: bool = False, own: Own | None = None, egress: Egress | None = None) -> list[McpTool]:
+    """Every tool the server lists, following pagination cursors. `own` is Vigil itself, never connected to;
+    `egress` the operator's proxy (OUTBOUND_PROXY), which the connections go through after the guard."""
+    return _run(url, bearer_token, timeout, (allow_loopback, own, egress), _list_all, "list its tools")
 
 
 def call_tool(url: str, bearer_token: str | None, name: str, arguments: dict, timeout: float = 25.0, *,
-              allow_loopback: bool = False, own: Own | None = None) -> McpResult:
+              allow_loopback: bool = False, own: Own | None = None, egress: Egress | None = None) -> McpResult:
     """One tools/call; a tool that failed is a result with is_error, not an McpError."""
     action = functools.partial(_call, name=name, arguments=arguments)
-    return _run(url, bearer_token, timeout, (allow_loopback, own), action, f"run '{name}'")
+    return _run(url, bearer_token, timeout, (allow_loopback, own, egress), action, f"run '{name}'")
 
 
 async def _list_all(client: Client) -> list[McpTool]:
@@ -146,7 +149,7 @@ class _TooLarge(Exception):
     """The server sent more than MAX_RESPONSE_BYTES."""
 
 
-def _run(url: str, token: str | None, timeout: float, guard: tuple[bool, Own | None],
+def _run(url: str, token: str | None, timeout: float, guard: tuple[bool, Own | None, Egress | None],
          action: Callable[[Client], Awaitable[_T]], asked: str) -> _T:
     """Run `action` on a connected client; `asked` completes "the server was asked to …" in errors."""
     try:
@@ -167,7 +170,7 @@ def _run(url: str, token: str | None, timeout: float, guard: tuple[bool, Own | N
         raise error from exc
 
 
-async def _exchange(url: str, token: str | None, timeout: float, guard: tuple[bool, Own | None],
+async def _exchange(url: str, token: str | None, timeout: float, guard: tuple[bool, Own | None, Egress | None],
                     action: Callable[[Client], Awaitable[_T]], trace: _Trace) -> _T:
     async def record(response: httpx2.Response) -> None:
         trace.status = response.status_code
@@ -175,7 +178,7 @@ async def _exchange(url: str, token: str | None, timeout: float, guard: tuple[bo
 
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     with anyio.fail_after(timeout):
-        async with httpx2.AsyncClient(transport=_GuardedTransport(*guard), headers=headers,
+        async with httpx2.AsyncClient(transport=_transport(url, *guard), headers=headers,
                                       timeout=httpx2.Timeout(timeout), trust_env=False,
                                       event_hooks={"response": [record]}) as http:
             transport = streamable_http_client(url, http_client=http)
@@ -321,18 +324,53 @@ class _GuardedTransport(httpx2.AsyncHTTPTransport):
                                                    network_backend=_GuardedBackend(allow_loopback, own))
 
 
+def _transport(url: str, allow_loopback: bool, own: Own | None, egress: Egress | None) -> httpx2.AsyncHTTPTransport:
+    """The guarded transport, or the proxied one when OUTBOUND_PROXY is set and NO_PROXY doesn't name the host (an
+    exchange stays on the endpoint's origin: the SDK follows redirects within it only)."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme.lower() == "https" else 80)
+    proxy = egress.proxy_for(parts.hostname or "", port) if egress else None
+    if proxy is None:
+        return _GuardedTransport(allow_loopback, own)
+    return _ProxiedTransport(proxy, allow_loopback, own)
+
+
+class _ProxiedTransport(httpx2.AsyncHTTPTransport):
+    """httpx2's transport through the operator's proxy (absolute-form http, CONNECT for https; TLS still verified
+    for the url's host), each request's destination checked by resolve_guarded before the proxy is asked."""
+
+    def __init__(self, proxy: Proxy, allow_loopback: bool, own: Own | None = None) -> None:
+        super().__init__(trust_env=False)
+        self._allow_loopback, self._own = allow_loopback, own
+        headers = [(b"Proxy-Authorization", proxy.authorization.encode("latin-1"))] if proxy.authorization else []
+        self._pool = httpcore2.AsyncHTTPProxy(
+            proxy_url=httpcore2.URL(scheme=b"http", host=proxy.host.encode("ascii"), port=proxy.port, target=b"/"),
+            proxy_headers=headers, ssl_context=_tls_context(), max_connections=4,
+            network_backend=_GuardedBackend(allow_loopback, own, guard=False))
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        port = request.url.port or (443 if request.url.scheme == "https" else 80)
+        await anyio.to_thread.run_sync(resolve_guarded, request.url.host, port, self._allow_loopback, self._own,
+                                       abandon_on_cancel=True)
+        return await super().handle_async_request(request)
+
+
 class _GuardedBackend(httpcore2.AsyncNetworkBackend):
     """Resolves the host and checks every address (engine.addresses.resolve_guarded: never Vigil itself), then
     connects by address."""
 
-    def __init__(self, allow_loopback: bool, own: Own | None = None) -> None:
-        self._allow_loopback, self._own = allow_loopback, own
+    def __init__(self, allow_loopback: bool, own: Own | None = None, guard: bool = True) -> None:
+        """`guard` False: the connections go to the operator's proxy (what they carry is checked before)."""
+        self._allow_loopback, self._own, self._guard = allow_loopback, own, guard
         self._inner = httpcore2.AnyIOBackend()
         self._budget = [MAX_RESPONSE_BYTES]  # shared by every connection of this exchange
 
     async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
                           local_address: str | None = None,
                           socket_options: Iterable[Any] | None = None) -> httpcore2.AsyncNetworkStream:
+        if not self._guard:
+            stream = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+            return _CountedStream(stream, self._budget)
         addresses = await anyio.to_thread.run_sync(resolve_guarded, host, port, self._allow_loopback,
                                                    self._own, abandon_on_cancel=True)
         error: Exception = httpcore2.ConnectError(f"no address for {host}")

@@ -82,7 +82,8 @@ def _add(user, name, url, token):
     settings = current().settings
     try:
         tools = list_tools(url, token, timeout=settings.CREATE_FETCH_TIMEOUT_SECONDS,
-                           allow_loopback=settings.FETCH_ALLOW_LOOPBACK, own=own_endpoints(settings))
+                           allow_loopback=settings.FETCH_ALLOW_LOOPBACK, own=own_endpoints(settings),
+                           egress=settings.egress)
     except McpError as exc:
         raise ToolRefused(f"The MCP server at {url} could not be added: {exc.message}") from None
     with connection():

@@ -114,7 +114,7 @@ def _mcp_poll(prepared: Prepared, io: SourceIO, max_text_bytes: int, now: dateti
     run, policy = prepared.mcp, io.fetcher.policy
     try:
         result = call_tool(run.url, run.token, run.tool, run.arguments, timeout=policy.timeout,
-                           allow_loopback=policy.allow_loopback, own=policy.own)
+                           allow_loopback=policy.allow_loopback, own=policy.own, egress=policy.egress)
     except McpError as exc:
         return Outcome(ERROR, error=exc.message)
     body = mcp_run_body(result.is_error, result.text, result.structured)

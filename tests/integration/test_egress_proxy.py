@@ -153,3 +153,23 @@ def test_wake_pushes_go_through_the_proxy_and_the_guard_still_decides(client, ow
     assert len(receiver.requests) == 1 and len(proxy.carried) == 1
     last = attempts(client, owner[1], endpoint["id"])[-1]
     assert last["status_code"] is None and "a loopback address" in last["answer"]
+
+
+def test_mcp_calls_go_through_the_proxy_after_the_guard(proxy):
+    from adapters import mcp_client
+    from adapters.mcp_client import McpError
+    from tests.mcp_server import serve_mcp
+
+    with serve_mcp(("get_status", "bump")) as server:
+        tools = mcp_client.list_tools(server.url, None, allow_loopback=True, egress=egress(proxy))
+        assert {tool.name for tool in tools} == {"get_status", "bump"}
+        result = mcp_client.call_tool(server.url, None, "bump", {"n": 2}, allow_loopback=True, egress=egress(proxy))
+        assert result.is_error is False
+        carried = len(proxy.carried)
+        assert carried >= 2 and {c.target.split("/mcp")[0] for c in proxy.carried} == {server.url.split("/mcp")[0]}
+        assert {c.authorization for c in proxy.carried} == {AUTHORIZATION}
+        before = server.calls["bump"]
+        with pytest.raises(McpError) as refused:
+            mcp_client.call_tool(server.url, None, "bump", {"n": 1}, allow_loopback=False, egress=egress(proxy))
+        assert refused.value.kind == "blocked" and "loopback" in refused.value.message
+        assert server.calls["bump"] == before and len(proxy.carried) == carried
