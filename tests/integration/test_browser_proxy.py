@@ -6,15 +6,19 @@ Each refusal is shown beside an allowed request in the same setting, so none pas
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import socket
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
 
 from adapters.egress_proxy import start_guarded_proxy
 from adapters.settings import Settings
+from tests.conftest import REQUIRE_SERVICES
 from tests.forward_proxy import ForwardProxy
 
 
@@ -183,3 +187,101 @@ def test_browser_proxy_bounds_its_connections(listener):
             threading.Event().wait(0.01)
         assert proxied(proxy, f"http://127.0.0.1:{listener.port}/after").status_code == 200
     assert listener.hits == ["/after"]
+
+
+# --- the real Chromium, told to use the proxy ------------------------------------------------------------------
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+needs_chromium = pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK) and not REQUIRE_SERVICES,
+                                    reason="Chromium is not installed (apt-get install chromium)")
+
+PAGE = """<html><body><p id="out"></p><img id="pic" src="http://127.0.0.1:{port}/img">
+<script>
+const seen = [];
+const done = (what) => {{ seen.push(what); document.getElementById('out').textContent = seen.sort().join(','); }};
+const pic = document.getElementById('pic');
+pic.onerror = () => done('img-failed'); pic.onload = () => done('img-loaded');
+fetch('http://127.0.0.1:{port}/fetch', {{mode: 'no-cors'}}).then(() => done('fetch-answered'), () => done('fetch-failed'));
+fetch('http://localhost:{port}/named', {{mode: 'no-cors'}}).then(() => done('named-answered'), () => done('named-failed'));
+const socket = new WebSocket('ws://127.0.0.1:{port}/socket');
+socket.onerror = () => done('ws-failed'); socket.onopen = () => done('ws-open');
+</script></body></html>"""
+
+
+class PageSite(Listener):
+    """The allowed origin: /page aims an image, two fetches and a websocket at another port; /redirect sends the
+    browser there."""
+
+    def __init__(self, target_port: int) -> None:
+        super().__init__()
+        site = self
+
+        class Handler(self.server.RequestHandlerClass):
+            def do_GET(self) -> None:
+                site.hits.append(self.path)
+                if self.path == "/redirect":
+                    self.send_response(302)
+                    self.send_header("Location", f"http://127.0.0.1:{target_port}/redirected")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                body = PAGE.format(port=target_port).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server.RequestHandlerClass = Handler
+
+
+@contextlib.contextmanager
+def chromium(proxy, where: str):
+    """A Chromium told to use `proxy` at launch or for its context (as a browser service over CDP would be)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launch = {"proxy": proxy.playwright} if where == "launch" else {}
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True, **launch)
+        try:
+            context = browser.new_context(**({"proxy": proxy.playwright} if where == "context" else {}))
+            yield context.new_page()
+        finally:
+            browser.close()
+
+
+@needs_chromium
+@pytest.mark.parametrize("where", ["launch", "context"])
+def test_a_rendered_page_never_reaches_a_guarded_listener(where):
+    """A page from an allowed origin aims an <img>, fetch() by address and by name, a websocket and a redirect at
+    Vigil's own listener: through the guarded proxy none of them arrives, while the page itself does."""
+    own = Listener()
+    site = PageSite(own.port)
+    settings = Settings(FETCH_ALLOW_LOOPBACK=True, WEB_LISTEN_ADDRESSES=f"127.0.0.1:{own.port}")
+    try:
+        with start_guarded_proxy(settings) as proxy, chromium(proxy, where) as page:
+            assert page.goto(f"http://127.0.0.1:{site.port}/page").status == 200
+            page.wait_for_function("document.getElementById('out').textContent.split(',').length === 4")
+            outcome = page.inner_text("#out")
+            redirected = page.goto(f"http://127.0.0.1:{site.port}/redirect")
+            assert redirected is not None and redirected.status == 403
+            assert "which is Vigil itself" in page.inner_text("body")
+            refused = {(refusal.host, refusal.port) for refusal in proxy.refusals}
+        assert own.hits == []
+        assert [hit for hit in site.hits if hit != "/favicon.ico"] == ["/page", "/redirect"]
+        assert "img-loaded" not in outcome and "ws-open" not in outcome, outcome
+        assert refused == {("127.0.0.1", own.port), ("localhost", own.port)}
+    finally:
+        site.close()
+        own.close()
+
+
+@needs_chromium
+def test_a_rendered_page_on_loopback_is_refused_without_the_test_switch(listener):
+    with start_guarded_proxy(Settings()) as proxy, chromium(proxy, "context") as page:
+        answer = page.goto(f"http://localhost:{listener.port}/page")
+        assert answer is not None and answer.status == 403
+        assert "a loopback address (this machine)" in page.inner_text("body")
+    assert listener.hits == []
