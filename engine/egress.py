@@ -77,21 +77,24 @@ class Proxy:
 
 
 def check_connect_answer(proxy: Proxy, head: bytes, host: str, port: int) -> None:
-    """Raise FetchError unless the proxy's answer head to CONNECT is a 2xx. A refusal by the proxy (403, 407) is the
-    operator's rule, not an outage; a 5xx is (the proxy could not reach the host)."""
+    """Raise FetchError (refused()) unless the proxy's answer head to CONNECT is a 2xx."""
     status_line = head.split(b"\r\n", 1)[0].decode("latin-1", "replace")
     parts = status_line.split(" ", 2)
     if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
         raise FetchError(f"The egress proxy {proxy.shown} did not answer CONNECT with HTTP.", unreachable=True)
     code = int(parts[1])
-    if 200 <= code < 300:
-        return
-    said = f"{code} {parts[2] if len(parts) > 2 else ''}".strip()[:80]
-    if code == 407:
-        raise FetchError(f"The egress proxy {proxy.shown} asked for credentials ({said}); put user:password in "
-                         "OUTBOUND_PROXY.")
-    raise FetchError(f"The egress proxy {proxy.shown} refused to connect to {host}:{port} ({said}).",
-                     unreachable=code >= 500)
+    if not 200 <= code < 300:
+        raise refused(proxy, code, parts[2] if len(parts) > 2 else "", host, port)
+
+
+def refused(proxy: Proxy, code: int, reason: str, host: str, port: int) -> FetchError:
+    """The error of a request the proxy answered itself. A refusal (403, or 407: Smokescreen's answer to a
+    destination its rules deny, and other proxies' to missing credentials) is the operator's rule, not an outage;
+    a 5xx is (the proxy could not reach the host)."""
+    said = f"{code} {reason}".strip()[:80]
+    hint = "; if it asks for credentials, put user:password in OUTBOUND_PROXY" if code == 407 else ""
+    return FetchError(f"The egress proxy {proxy.shown} refused to connect to {host}:{port} ({said}){hint}.",
+                      unreachable=code >= 500)
 
 
 @dataclass(frozen=True)

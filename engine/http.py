@@ -19,7 +19,7 @@ from urllib.parse import quote, urljoin, urlsplit, urlunparse
 from urllib3.util import parse_url
 
 from engine.addresses import Own, check_url
-from engine.egress import Egress
+from engine.egress import Egress, refused
 from engine.errors import BlockedURL, FetchError
 from engine.wire import (
     CHUNK, BadRequest, ConnectFailed, Connection, Deadline, Inflater, Origin, Pool, Sent, Target, request_head,
@@ -214,7 +214,12 @@ class Fetcher:
             conn.connect(deadline)
         conn.sock.settimeout(max(deadline.left(), 0.001))
         deadline.attach(conn.sock)
-        return Sent(conn, conn.exchange(head, body, method), target.url)
+        sent = Sent(conn, conn.exchange(head, body, method), target.url)
+        if target.proxy_authorization is not None and sent.resp.status == 407:  # the proxy's answer, not the site's
+            sent.resp.close()
+            conn.close()
+            raise refused(conn.origin.proxy, 407, sent.resp.reason, conn.origin.name, conn.origin.port)
+        return sent
 
     def _release(self, sent: Sent, deadline: Deadline) -> None:
         """Back to the pool if the answer was read to its end and the connection may carry another."""
@@ -256,7 +261,7 @@ def _target(url: str, allow_loopback: bool, own: Own | None = None, egress: Egre
     proxy = None if tls else origin.proxy
     if proxy is not None:
         return Target(prepared, origin, f"http://{origin.host_header}{parts.request_uri}", proxy.authorization)
-    return Target(prepared, origin, parts.request_uri)
+    return Target(prepared, origin, parts.request_uri)  # proxy_authorization None: not sent to a proxy
 
 
 def _requote(uri: str) -> str:

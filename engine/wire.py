@@ -326,8 +326,9 @@ class Target:
     url: str
     origin: Origin
     path: str
-    #: Proxy-Authorization of a plain-http request sent to the operator's proxy (whose path is then absolute)
-    proxy_authorization: str = ""
+    #: for a plain-http request sent to the operator's proxy (whose path is then absolute), its Proxy-Authorization
+    #: ("" when it takes none); None for a request sent to the origin itself
+    proxy_authorization: str | None = None
 
 
 class Pool:

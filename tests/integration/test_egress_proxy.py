@@ -111,10 +111,13 @@ def test_a_proxy_that_refuses_or_asks_for_credentials_is_a_clear_error(site):
             Fetcher(FetchPolicy(timeout=10, allow_loopback=True, egress=Egress.of(denying.url))).get(
                 f"https://127.0.0.1:{port}/page")
     assert "refused to connect to 127.0.0.1" in denied.value.message and not denied.value.unreachable
-    with ForwardProxy(require="Basic other") as asking:
-        with pytest.raises(FetchError) as asked:
-            fetcher(asking).get(f"https://127.0.0.1:{port}/page")
-    assert "OUTBOUND_PROXY" in asked.value.message and SECRET not in asked.value.message
+    with ForwardProxy(require="Basic other") as asking:  # 407: Smokescreen's refusal, other proxies' "credentials?"
+        for scheme in ("https", "http"):  # a CONNECT answered 407, and a plain GET answered 407 by the proxy
+            with pytest.raises(FetchError) as asked:
+                fetcher(asking).get(f"{scheme}://127.0.0.1:{port}/page")
+            message = asked.value.message
+            assert f"refused to connect to 127.0.0.1:{port} (407" in message and "OUTBOUND_PROXY" in message
+            assert SECRET not in message and not asked.value.unreachable
 
 
 def test_the_judge_calls_the_operators_and_an_accounts_model_through_the_proxy(proxy):
