@@ -10,11 +10,18 @@ import hashlib
 import json
 import logging
 import threading
+import weakref
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 log = logging.getLogger(__name__)
 _CHANNEL = "vigil:{}:events:user:{}"
+#: handed to every open subscription when the bus's connection to Redis came back after a loss: events may have
+#: been missed meanwhile, so a holder looks at the database again (a long-poll) or ends (a stream: its client
+#: reconnects and re-reads)
+RESUMED = "bus.resumed"
+#: the first wait before connecting again after a lost subscription, doubled up to RECONNECT_MAX while Redis is away
+RECONNECT_FIRST, RECONNECT_MAX = 0.5, 10.0
 
 
 class LocalBus:
@@ -61,6 +68,7 @@ class RedisBus:
         self._url = url
         self._namespace = namespace
         self._client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self._fanouts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Fanout] = weakref.WeakKeyDictionary()
 
     def publish(self, user_id: int, name: str, data: dict) -> None:
         try:
@@ -91,33 +99,147 @@ class RedisBus:
         """Raises redis' ConnectionError or TimeoutError while Redis is unreachable."""
         self._client.ping()
 
+    @property
+    def connection_name(self) -> str:
+        """The CLIENT SETNAME of each web process's subscription: `CLIENT LIST` shows one per process and Vigil."""
+        return f"vigil-events:{self._namespace}"
+
     def _channel(self, user_id: int) -> str:
         """Pub/sub ignores Redis db numbers, so each Vigil (one database) gets channels of its own."""
         return _CHANNEL.format(self._namespace, user_id)
 
     @asynccontextmanager
     async def subscribe(self, user_id: int) -> AsyncIterator[asyncio.Queue]:
-        import redis
-        import redis.asyncio as aioredis
-
-        client = aioredis.Redis.from_url(self._url)
-        pubsub = client.pubsub()
-        reader = None
+        """A queue of this user's events, fed by the process's one subscription (`_Fanout`): a stream or a held
+        long-poll costs a queue here, not a connection to Redis. Raises redis' ConnectionError when Redis can't
+        be reached within 5 s (the caller answers 503)."""
+        fanout = self._fanouts.get(asyncio.get_running_loop())
+        if fanout is None:
+            fanout = self._fanouts[asyncio.get_running_loop()] = _Fanout(self._url, self._channel("*"),
+                                                                         self.connection_name)
+        queue = await fanout.add(user_id)
         try:
-            await pubsub.subscribe(self._channel(user_id))
-            # Redis confirms the subscription on this connection; until then an event published through
-            # another connection can be missed, so a stream says "connected" only once it is confirmed.
-            confirmed = await pubsub.get_message(timeout=5)
-            if confirmed is None or confirmed["type"] != "subscribe":
-                raise redis.exceptions.TimeoutError("Redis did not confirm the event subscription within 5 s")
-            queue: asyncio.Queue = asyncio.Queue(maxsize=1000)
-            reader = asyncio.create_task(_pump(pubsub, queue))
             yield queue
         finally:
-            if reader is not None:
-                reader.cancel()
-            await pubsub.aclose()
-            await client.aclose()
+            fanout.discard(user_id, queue)
+
+
+class _Fanout:
+    """One Redis pub/sub connection per process (per event loop), which hands each event to the queues of its
+    user's open streams and held long-polls here. A connection per stream cost a socket, a Redis client and a
+    reader task each (5,000 paired devices were 5,000 connections to Redis); this is one whatever their number.
+
+    It subscribes to the pattern of this Vigil's channels once, so opening a stream sends Redis nothing: each
+    process receives every account's events and drops, by the channel's name alone, those of accounts with no
+    stream here. Its reader blocks on the socket and wakes only for a message. When the connection is lost (a
+    Redis restart) it connects again, backing off while Redis is away, and hands every queue RESUMED once the
+    pattern is confirmed again: events published meanwhile were lost, so each holder looks again for itself.
+    """
+
+    def __init__(self, url: str, pattern: str, name: str) -> None:
+        self._url = url
+        self._name = name
+        self._pattern = pattern
+        self._prefix = pattern[:-1].encode()
+        self._queues: dict[int, set[asyncio.Queue]] = {}
+        self._ready = asyncio.Event()
+        self._reader: asyncio.Task | None = None
+
+    async def add(self, user_id: int) -> asyncio.Queue:
+        import redis
+
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.create_task(self._read(), name="vigil-event-fanout")
+        if not self._ready.is_set():
+            # until Redis confirms the pattern an event published through another connection can be missed, so
+            # a stream says "connected" only once it is confirmed
+            try:
+                await asyncio.wait_for(self._ready.wait(), 5)
+            except asyncio.TimeoutError:
+                raise redis.exceptions.ConnectionError("Redis did not confirm the event subscription within 5 s"
+                                                       ) from None
+        queue: asyncio.Queue = asyncio.Queue(maxsize=1000)
+        self._queues.setdefault(user_id, set()).add(queue)
+        return queue
+
+    def discard(self, user_id: int, queue: asyncio.Queue) -> None:
+        queues = self._queues.get(user_id)
+        if queues is not None:
+            queues.discard(queue)
+            if not queues:
+                del self._queues[user_id]
+
+    async def _read(self) -> None:
+        import redis.asyncio as aioredis
+
+        backoff, confirmed_before = RECONNECT_FIRST, False
+        while True:
+            client = aioredis.Redis.from_url(self._url, socket_connect_timeout=5, socket_keepalive=True,
+                                             client_name=self._name)
+            pubsub = client.pubsub()
+            try:
+                await pubsub.psubscribe(self._pattern)
+                while True:
+                    message = await pubsub.get_message(timeout=None)  # blocks on the socket: no polling
+                    if message is None:
+                        continue
+                    if message["type"] == "pmessage":
+                        self._deliver(message["channel"], message["data"])
+                    elif message["type"] == "psubscribe":
+                        # any confirmation after the first follows a lost connection, whether this loop or
+                        # redis-py's own retry made the new one
+                        self._ready.set()
+                        backoff = RECONNECT_FIRST
+                        if confirmed_before:
+                            self._to_all((RESUMED, {}))
+                        confirmed_before = True
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # Redis went away; every holder keeps its queue and hears RESUMED later
+                if self._ready.is_set():
+                    log.warning("event subscription lost, connecting again: %s", exc)
+                self._ready.clear()
+            finally:
+                await _closed(pubsub, client)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, RECONNECT_MAX)
+
+    def _deliver(self, channel: bytes, raw: bytes) -> None:
+        if not channel.startswith(self._prefix):
+            return
+        try:
+            queues = self._queues.get(int(channel[len(self._prefix):]))
+        except ValueError:
+            return
+        if not queues:
+            return
+        try:
+            events = decoded(raw)
+        except (ValueError, KeyError, TypeError):
+            return
+        for queue in list(queues):
+            for event in events:
+                try:
+                    queue.put_nowait(event)
+                except asyncio.QueueFull:  # a holder that stopped reading loses events, not the others
+                    break
+
+    def _to_all(self, event: tuple[str, dict]) -> None:
+        for queues in list(self._queues.values()):
+            for queue in list(queues):
+                try:
+                    queue.put_nowait(event)
+                except asyncio.QueueFull:
+                    pass
+
+
+async def _closed(pubsub, client) -> None:
+    """Closing a connection that is already broken may raise too; it is let go either way."""
+    for close in (pubsub.aclose, client.aclose):
+        try:
+            await close()
+        except Exception:
+            pass
 
 
 def encoded(events: list[tuple[str, dict]]) -> str:
@@ -150,17 +272,6 @@ def decoded(raw: bytes | str) -> list[tuple[str, dict]]:
     if "events" in message:
         return [(name, data) for name, data in message["events"]]
     return [(message["name"], message["data"])]
-
-
-async def _pump(pubsub, queue: asyncio.Queue) -> None:
-    async for message in pubsub.listen():
-        if message["type"] != "message":
-            continue
-        try:
-            for event in decoded(message["data"]):
-                queue.put_nowait(event)
-        except (ValueError, KeyError, TypeError, asyncio.QueueFull):
-            continue
 
 
 def make_bus(redis_url: str, database_url: str = ""):

@@ -11,6 +11,7 @@ from litestar.concurrency import sync_to_thread
 from litestar.exceptions import NotAuthorizedException
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
+from adapters.events import RESUMED
 from adapters.metrics import counting_clients
 from app.auth import api_user, csrf_token, session_user
 from app.live import CREATED, created_fragments
@@ -49,10 +50,13 @@ def _stream(user, translate: Callable) -> ServerSentEvent:
             yield ServerSentEventMessage(comment="connected", data=None)  # subscribed: nothing after this is missed
             while True:
                 try:
-                    name, data = await asyncio.wait_for(queue.get(), KEEPALIVE_SECONDS)
-                except asyncio.TimeoutError:
+                    async with asyncio.timeout(KEEPALIVE_SECONDS):
+                        name, data = await queue.get()
+                except TimeoutError:
                     yield ServerSentEventMessage(comment="keep-alive", data=None)
                     continue
+                if name == RESUMED:  # events were lost while Redis was away: the client reconnects and re-reads
+                    return
                 for message in await translate(name, data):
                     yield message
 

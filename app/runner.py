@@ -2,8 +2,9 @@
 pairing, the long-poll for assignments and stop orders, numbered records of streams, results of polled runs.
 
 The long-poll is async: while it waits it holds no thread and no database connection, only a subscription to
-its owner's events (a `device.work` hint), with a short look at the database every few seconds in case a hint
-was lost. Everything a runner sends lands in PostgreSQL, so any web process may take any call.
+its owner's events (a `device.work` hint): a queue fed by the web process's one Redis subscription
+(adapters/events.py), and no timer but its own end. Everything a runner sends lands in PostgreSQL, so any web
+process may take any call.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from litestar.concurrency import sync_to_thread
 from litestar.exceptions import ClientException, NotAuthorizedException, ValidationException
 from litestar.params import FromPath, FromQuery, JSONBody
 
+from adapters.events import RESUMED
 from app.auth import bearer_token
 from models import connection, utcnow
 from models.db import retry_locked
@@ -33,8 +35,6 @@ from tasks.runtime import current
 MAX_RECORD_BYTES = 256 * 1024
 RECORD_KINDS = ("started", "lines", "notice", "exit")
 END_REASONS = ("exited", "stopped", "flood", "interrupted", "refused")
-#: how often a held poll looks at the database itself (a lost hint costs at most this much delay)
-RECHECK_SECONDS = 5.0
 UNPAIRED = ("This device is not paired with Vigil (its token was revoked or is unknown); pair it again with "
             "`vigil runner pair`.")
 
@@ -87,8 +87,8 @@ def _pair(code: str, fields: dict) -> Response:
     return _answer({"device_id": device.id, "name": device.name, "token": token}, 201)
 
 
-def _device(request: Request):
-    device = device_for_token(bearer_token(request))
+def _device(request: Request, whole: bool = True):
+    device = device_for_token(bearer_token(request), whole)
     if device is None:
         raise NotAuthorizedException(UNPAIRED)
     return device
@@ -122,19 +122,20 @@ def _has(work: dict) -> bool:
 
 
 async def _wait_for_work(device_id: int, user_id: int, hold: float) -> dict:
-    """Hold the poll until a hint for this device (or a look at the database) finds work, or `hold` runs out."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + hold
+    """Hold the poll until a hint for this device finds work, or `hold` runs out. No timer looks meanwhile: the
+    database is read when the subscription starts (what arrived before it is not missed), on a hint, and when the
+    bus says its subscription came back after a Redis outage (hints may have been lost then). A hint lost
+    otherwise (its publisher met Redis down) costs at most this hold: the runner's next poll reads the work."""
     async with current().bus.subscribe(user_id) as queue:
-        work = await sync_to_thread(_work, device_id)  # what arrived before the subscription is not missed
-        while not _has(work) and (left := deadline - loop.time()) > 0:
-            try:
-                name, data = await asyncio.wait_for(queue.get(), min(left, RECHECK_SECONDS))
-                if name != "device.work" or data.get("device_id") != device_id:
-                    continue
-            except asyncio.TimeoutError:
-                pass
-            work = await sync_to_thread(_work, device_id)
+        work = await sync_to_thread(_work, device_id)
+        try:
+            async with asyncio.timeout(hold):
+                while not _has(work):
+                    name, data = await queue.get()
+                    if name == RESUMED or (name == "device.work" and data.get("device_id") == device_id):
+                        work = await sync_to_thread(_work, device_id)
+        except TimeoutError:
+            pass
     return work
 
 
@@ -203,7 +204,7 @@ def _store_records(request: Request, run_id: str, records: list[dict]) -> Respon
 def _store_records_once(request: Request, run_id: str, records: list[dict]) -> Response:
     runtime = current()
     with connection():
-        device = _device(request)
+        device = _device(request, whole=False)
         try:
             stored = store_records(device, run_id, records, utcnow(), runtime.lifecycle)
         except RecordRefused as exc:
@@ -234,7 +235,7 @@ def _store_result(request: Request, run_id: str, exit_code, output: str, timed_o
 def _store_result_once(request: Request, run_id: str, exit_code, output: str, timed_out: bool) -> Response:
     limit = current().settings.FETCH_MAX_TEXT_BYTES
     with connection():
-        device = _device(request)
+        device = _device(request, whole=False)
         try:
             fresh = store_result(device, run_id, exit_code, _text(output.encode()[:limit].decode(errors="ignore")),
                                  timed_out, utcnow())
