@@ -13,6 +13,7 @@ from typing import Optional
 from urllib.parse import quote
 
 from runner import __version__
+from runner.keepalive import KeptConnections, direct
 
 #: seconds the server may hold a poll (it holds at most 25)
 POLL_WAIT_SECONDS = 25
@@ -85,6 +86,7 @@ class Client:
         self._connections_lock = threading.Lock()
         self._aborted = False
         self._opener = urllib.request.build_opener(_HTTPHandler(self._track), _HTTPSHandler(self._track))
+        self._kept = KeptConnections(self.server, self._track) if direct(self.server) else None
 
     def abort(self) -> None:
         """Cut the calls in flight (a held poll included) and refuse new ones; they fail as Unreachable."""
@@ -139,14 +141,28 @@ class Client:
 
     def _call(self, method: str, path: str, body: Optional[dict] = None,
               timeout: float = REQUEST_TIMEOUT_SECONDS) -> dict:
-        request = urllib.request.Request(self.server + path, method=method, headers=self._headers(body))
-        if body is not None:
-            request.data = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        data = None if body is None else json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        headers = self._headers(body)
+        if self._kept is not None:
+            try:
+                answered = self._kept.call(method, path, data, headers, timeout)
+            except (OSError, http.client.HTTPException, socket.timeout) as exc:
+                raise Unreachable(f"could not reach {self.server}: {_reason(exc)}") from None
+            if answered is not None:
+                status, reason, response_headers, raw = answered
+                if status >= 400:
+                    raise _http_error(status, reason, response_headers, raw)
+                return _json_object(raw, path)
+        return self._call_urllib(method, path, data, headers, timeout)
+
+    def _call_urllib(self, method: str, path: str, data: Optional[bytes], headers: dict, timeout: float) -> dict:
+        """Through urllib: behind a proxy from the environment, or to follow a redirect."""
+        request = urllib.request.Request(self.server + path, data=data, method=method, headers=headers)
         try:
             with self._opener.open(request, timeout=timeout) as response:
                 return _json_object(response.read(), path)
         except urllib.error.HTTPError as exc:
-            raise _http_error(exc) from None
+            raise _http_error(exc.code, exc.reason, exc.headers, _body(exc)) from None
         except (urllib.error.URLError, OSError, http.client.HTTPException, socket.timeout) as exc:
             raise Unreachable(f"could not reach {self.server}: {_reason(exc)}") from None
 
@@ -194,29 +210,36 @@ def _json_object(raw: bytes, path: str) -> dict:
     return answer
 
 
-def _http_error(exc: urllib.error.HTTPError) -> RunnerError:
-    detail = _detail(exc)
-    if exc.code == 401:
+def _http_error(code: int, reason: str, headers, raw: bytes) -> RunnerError:
+    detail = _detail(code, reason, raw)
+    if code == 401:
         return Unpaired(detail)
-    if exc.code == 429 or exc.code >= 500:
-        return Unreachable(f"the server answered {exc.code}: {detail}", _retry_after(exc))
-    return Refused(exc.code, detail)
+    if code == 429 or code >= 500:
+        return Unreachable(f"the server answered {code}: {detail}", _retry_after(headers))
+    return Refused(code, detail)
 
 
-def _detail(exc: urllib.error.HTTPError) -> str:
+def _body(exc: urllib.error.HTTPError) -> bytes:
     try:
-        answer = json.loads(exc.read() or b"{}")
-    except (ValueError, OSError, http.client.HTTPException):
+        return exc.read() or b""
+    except (OSError, http.client.HTTPException):
+        return b""
+
+
+def _detail(code: int, reason: str, raw: bytes) -> str:
+    try:
+        answer = json.loads(raw or b"{}")
+    except ValueError:
         answer = None
     if isinstance(answer, dict) and isinstance(answer.get("detail"), str):
         return answer["detail"]
-    return f"{exc.code} {exc.reason}"
+    return f"{code} {reason}"
 
 
-def _retry_after(exc: urllib.error.HTTPError) -> Optional[float]:
+def _retry_after(headers) -> Optional[float]:
     try:
-        return max(0.0, float(exc.headers.get("Retry-After", "")))
-    except (TypeError, ValueError):
+        return max(0.0, float(headers.get("Retry-After", "")))
+    except (AttributeError, TypeError, ValueError):
         return None
 
 
