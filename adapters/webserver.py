@@ -1,5 +1,10 @@
 """uvicorn's HTTP/1.1 protocol with a header deadline, so a slowloris client can't hold a connection.
 
+The protocol is uvicorn's httptools one (llhttp, in C): a request costs the web process noticeably less CPU
+than with the pure-Python h11 parser (a paired device's line batches are one request each; issue 27 measured
+the parser as the largest part of the event loop's share). h11 stays the fallback where httptools is not
+installed; the guard below is the same for both.
+
 uvicorn times out an idle keep-alive connection, but any byte cancels that timer, and a fresh connection
 has none: a client that sends one header byte a second holds its connection (and its buffers) for as long
 as it likes. Here a request's headers must be complete within WEB_HEADER_TIMEOUT_SECONDS of the connection
@@ -11,11 +16,14 @@ from __future__ import annotations
 
 import asyncio
 
-from uvicorn.protocols.http.h11_impl import H11Protocol
+try:
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as BaseProtocol
+except ImportError:  # pragma: no cover - httptools is a dependency; h11 comes with uvicorn itself
+    from uvicorn.protocols.http.h11_impl import H11Protocol as BaseProtocol
 
 
-def guarded_protocol(header_timeout: float) -> type[H11Protocol]:
-    class HeaderDeadlineProtocol(H11Protocol):
+def guarded_protocol(header_timeout: float, base: type = BaseProtocol) -> type:
+    class HeaderDeadlineProtocol(base):
         _header_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport) -> None:  # type: ignore[override]
