@@ -11,12 +11,15 @@ again. With OUTBOUND_PROXY set (and NO_PROXY not naming the host) it chains thro
 asking it for the host by name as engine/egress.py explains. A refused request is answered 403 with a one-line
 reason; nothing is logged but the host and port (a url's query may hold a token).
 
+It listens on BROWSER_PROXY_HOST (127.0.0.1 unless a browser service elsewhere must reach it), and serves only this
+machine and BROWSER_CDP_URL's host: anyone else who could reach it would get Vigil's egress.
+
 Playwright adds `<-loopback>` to Chromium's bypass list itself, so loopback addresses go through the proxy too
 (Chromium would otherwise reach them directly); don't list localhost or 127.0.0.1 in `bypass`.
 
 Use, from a worker thread or from asyncio code alike (the proxy runs its own event loop in a thread of its own):
 
-    proxy = start_guarded_proxy(settings)            # listening on 127.0.0.1, a port of its own
+    proxy = start_guarded_proxy(settings)            # listening on BROWSER_PROXY_HOST, a port of its own
     browser = playwright.chromium.launch(proxy=proxy.playwright)   # or browser.new_context(proxy=proxy.playwright)
     ...
     proxy.close()                                    # or `with start_guarded_proxy(settings) as proxy:`
@@ -27,7 +30,9 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import ipaddress
 import logging
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -64,8 +69,12 @@ class GuardedProxy:
     """
 
     def __init__(self, *, allow_loopback: bool, own: Own | None, egress: Egress | None, max_tunnels: int = 64,
-                 idle_seconds: float = 30.0, resolve=resolve_guarded):
+                 idle_seconds: float = 30.0, resolve=resolve_guarded, host: str = "127.0.0.1",
+                 clients: Clients | None = None):
+        """`host`: the address the proxy listens on and the browser reaches it at; `clients`: who may use it
+        besides this machine (loopback peers always may)."""
         self.allow_loopback, self.own, self.egress = allow_loopback, own, egress
+        self.host, self.clients = host, clients or Clients()
         self.max_tunnels, self.idle_seconds = max_tunnels, idle_seconds
         self._resolve = resolve
         self.carried = self.refused = self.active = 0
@@ -80,7 +89,7 @@ class GuardedProxy:
         if self._failed is not None:
             raise self._failed
         self.port = self._server.sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
 
     @property
     def playwright(self) -> dict[str, str]:
@@ -108,7 +117,7 @@ class GuardedProxy:
         asyncio.set_event_loop(self._loop)
         try:
             self._server = self._loop.run_until_complete(
-                asyncio.start_server(self._serve, "127.0.0.1", 0, limit=MAX_HEAD))
+                asyncio.start_server(self._serve, self.host, 0, limit=MAX_HEAD))
         except BaseException as exc:  # noqa: BLE001 - handed to the starting thread
             self._failed = exc
             self._ready.set()
@@ -126,6 +135,13 @@ class GuardedProxy:
             self._loop.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = (writer.get_extra_info("peername") or ("",))[0]
+        if not await self._loop.run_in_executor(None, self.clients.allows, peer):
+            log.info("browser proxy refused a connection from %s, which is not a client of it", peer)
+            await _answer(writer, 403, "Vigil's browser proxy serves this machine and the browser service of "
+                                       "BROWSER_CDP_URL only.")
+            writer.close()
+            return
         if self.active >= self.max_tunnels:
             await _answer(writer, 503, "Too many connections through Vigil's browser proxy; try again shortly.")
             writer.close()
@@ -243,6 +259,46 @@ class GuardedProxy:
                 target.close()
 
 
+class Clients:
+    """Who may use a proxy that listens beyond loopback (BROWSER_PROXY_HOST): this machine, and the hosts named —
+    the browser service of BROWSER_CDP_URL — by their addresses, looked up again when an unknown peer connects
+    (at most every REFRESH_SECONDS: a container's address may change). Anyone else would get Vigil's egress."""
+
+    REFRESH_SECONDS = 30.0
+
+    def __init__(self, hosts: tuple[str, ...] = ()):
+        self.hosts = tuple(host for host in hosts if host)
+        self._addresses: frozenset[str] = frozenset()
+        self._looked = -self.REFRESH_SECONDS
+        self._lock = threading.Lock()
+
+    def allows(self, peer: str) -> bool:
+        """Whether a connection from `peer` (an address) is served; may resolve the hosts (blocking)."""
+        try:
+            address = ipaddress.ip_address(peer.split("%")[0])
+        except ValueError:
+            return False
+        if address.is_loopback or (address.version == 6 and address.ipv4_mapped is not None
+                                   and address.ipv4_mapped.is_loopback):
+            return True
+        plain = str(address.ipv4_mapped or address) if address.version == 6 else str(address)
+        with self._lock:
+            if plain in self._addresses or not self.hosts:
+                return plain in self._addresses
+            if time.monotonic() - self._looked < self.REFRESH_SECONDS:
+                return False
+            self._looked = time.monotonic()
+            self._addresses = frozenset(self._resolve())
+            return plain in self._addresses
+
+    def _resolve(self) -> set[str]:
+        found = set()
+        for host in self.hosts:
+            with contextlib.suppress(OSError, UnicodeError):
+                found.update(str(info[4][0]).split("%")[0] for info in socket.getaddrinfo(host, None))
+        return found
+
+
 @dataclass(frozen=True)
 class _Request:
     method: bytes
@@ -315,9 +371,12 @@ def own_of(settings) -> Own:
 
 def start_guarded_proxy(settings, *, own: Own | None = None, max_tunnels: int = 64,
                         idle_seconds: float = 30.0) -> GuardedProxy:
-    """A GuardedProxy listening on 127.0.0.1 (a free port), guarded as the fetcher is by `settings`:
-    FETCH_ALLOW_LOOPBACK (for tests and local dashboards), Vigil's own origins (`own`, default from the settings),
-    and chained through OUTBOUND_PROXY/NO_PROXY. Returns once it listens; call close() when done."""
+    """A GuardedProxy on a free port of BROWSER_PROXY_HOST (127.0.0.1 by default), guarded as the fetcher is by
+    `settings`: FETCH_ALLOW_LOOPBACK (for tests and local dashboards), Vigil's own origins (`own`, default from the
+    settings), and chained through OUTBOUND_PROXY/NO_PROXY. Beyond loopback it serves only this machine and
+    BROWSER_CDP_URL's host. Returns once it listens; call close() when done."""
+    cdp_host = urlsplit(getattr(settings, "BROWSER_CDP_URL", "") or "").hostname or ""
     return GuardedProxy(allow_loopback=settings.FETCH_ALLOW_LOOPBACK, own=own if own is not None else own_of(settings),
-                        egress=settings.egress, max_tunnels=max_tunnels,
-                        idle_seconds=idle_seconds)
+                        egress=settings.egress, max_tunnels=max_tunnels, idle_seconds=idle_seconds,
+                        host=getattr(settings, "BROWSER_PROXY_HOST", "") or "127.0.0.1",
+                        clients=Clients((cdp_host,)))
