@@ -10,6 +10,7 @@ import uvicorn
 from dramatiq import Worker
 
 from adapters.logs import mask_tokens
+from adapters.quiet_server import QuietServer
 from adapters.settings import Settings
 
 log = logging.getLogger("vigil")
@@ -33,7 +34,7 @@ def run_web(settings: Settings, host: str, port: int, greet: bool = True) -> int
         # uvicorn shuts down on the signal, then raises it again for whatever handler was there before;
         # this one lets the caller finish its own shutdown (worker threads, scheduler) and exit 0.
         signal.signal(sig, lambda *_: None)
-    uvicorn.Server(config).run()
+    QuietServer(config).run()  # uvicorn's own main loop wakes ten times a second (adapters/quiet_server.py)
     return 0
 
 
