@@ -27,11 +27,12 @@ from app.openapi import TOOL_CALL, ToolReply, errors
 from engine.links import app_base, public_base
 from app.settings import limits_from
 from adapters.mcp_client import McpError, list_tools
-from engine.sources import DOCUMENT_SOURCES
+from engine.sources import DOCUMENT_SOURCES, SourceIO
 from models.connections import credentials, duplicated_names, end_duplicated_watches, find_connection
 from models.tables import ACTIVE, Conversation, User
 from tasks.checks import queue_claims
 from tasks.events import announce_conversation, publish_created, publish_monitor
+from tasks.rendered import first_reading, keep_picture, source_policy
 from tasks.runtime import current, own_endpoints
 
 ACTIONS = ("monitor_create", "monitor_list", "monitor_cancel", *WATCH_ACTIONS)
@@ -77,9 +78,9 @@ async def run_call(caller: Caller, action: str, arguments: dict, context: dict) 
     deadline = settings.CREATE_FETCH_TIMEOUT_SECONDS
     checked_at = utcnow()
     read = first_check if first.dry_run is None else first_read
-    try:
-        outcome = await gate.run(first.user_id, lambda: read(
-            first, current().create_io(), settings.FETCH_MAX_TEXT_BYTES, checked_at), deadline + 1)
+    try:  # a page may be rendered in a browser (tasks/rendered.py)
+        outcome, first = await gate.run(first.user_id, lambda: first_reading(
+            first, read, checked_at, picture=first.dry_run is None), deadline + 1)
     except Busy as exc:
         return {"ok": False, "error": str(exc)}
     except asyncio.TimeoutError:
@@ -103,7 +104,8 @@ async def _list_connection(caller: Caller, name: str) -> tuple[tuple | None, str
     try:
         tools = await gate.run(user_id, lambda: list_tools(url, token, timeout=deadline,
                                                            allow_loopback=settings.FETCH_ALLOW_LOOPBACK,
-                                                           own=own_endpoints(settings)), deadline + 1)
+                                                           own=own_endpoints(settings), egress=settings.egress),
+                              deadline + 1)
     except Busy as exc:
         return None, str(exc)
     except asyncio.TimeoutError:
@@ -193,7 +195,10 @@ def _store(caller: Caller, prepared: Prepared, outcome, checked_at) -> dict:
     with connection():
         caller(False)  # a token revoked while the first check ran creates nothing
         try:
-            return _created(*store_create(prepared, outcome, checked_at, utcnow()))
+            monitor, result = store_create(prepared, outcome, checked_at, utcnow())
+            if outcome.picture is not None:
+                keep_picture(current(), monitor.id, outcome)
+            return _created(monitor, result)
         except ToolError as exc:
             return {"ok": False, "error": str(exc)}
 
@@ -221,8 +226,9 @@ def create_context(mcp_listing: tuple | None = None, mcp_error: str = "") -> Cre
     if not settings.MONITORS_ENABLED:
         raise ToolError("Monitors are turned off on this Vigil instance; tell the user you can't watch this.")
     api_base = public_base(settings.PUBLIC_API_BASE_URL, settings.API_URL)
-    return CreateContext(limits_from(settings), runtime.source_io(), settings.FETCH_MAX_TEXT_BYTES,
-                         runtime.judge_policy, runtime.keyring, api_base,
+    io = runtime.source_io()  # its policy says whether pages may be rendered in a browser (issue 31)
+    return CreateContext(limits_from(settings), SourceIO(io.fetcher, source_policy(runtime)),
+                         settings.FETCH_MAX_TEXT_BYTES, runtime.judge_policy, runtime.keyring, api_base,
                          app_base(settings.PUBLIC_APP_URL, settings.SERVE_UI, api_base),
                          tools_enabled=settings.TOOL_SOURCES_ENABLED, mcp_listing=mcp_listing, mcp_error=mcp_error,
                          fires_per_day=runtime.lifecycle.max_fires_per_conversation_day)

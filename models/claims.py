@@ -39,7 +39,7 @@ def claim_due(now: datetime, limit: int) -> list[tuple[str, int]]:
                                                        never_early=sources[row[0]].get("type") == "tool"))
                                 for row in rows])
     rows.sort(key=lambda row: claim_order(sources[row[0]]))  # one url's monitors in one batch: one shared fetch
-    return [Claim(row[0], row[1] + 1, keys[row[0]]) for row in rows]
+    return [Claim(row[0], row[1] + 1, keys[row[0]], bool(sources[row[0]].get("render"))) for row in rows]
 
 
 def claim_now(monitor_id: str, now: datetime) -> Claim | None:
@@ -57,17 +57,19 @@ def claim_now(monitor_id: str, now: datetime) -> Claim | None:
         _mark_claimed(now, [(monitor_id, next_check_at(now, row[0], slot=key or None,
                                                        never_early=source.get("type") == "tool"))])
         seq = Monitor.select(Monitor.claim_seq).where(Monitor.id == monitor_id).scalar()
-    return Claim(monitor_id, seq, key)
+    return Claim(monitor_id, seq, key, bool(source.get("render")))
 
 
 class Claim(tuple):
     """A claim as (monitor id, claim number), the pair a check message carries; `key` is the url whose fetch it
     may share with the claims next to it, or "" (engine/shared_fetch.fetch_key), so tasks/checks.batches can size
-    messages by the fetches they hold."""
+    messages by the fetches they hold; `rendered`, a page rendered in a browser, whose check goes to the browser
+    queue (tasks/checks.send_claims)."""
 
-    def __new__(cls, monitor_id: str, seq: int, key: str = ""):
+    def __new__(cls, monitor_id: str, seq: int, key: str = "", rendered: bool = False):
         claim = super().__new__(cls, (monitor_id, seq))
         claim.key = key
+        claim.rendered = rendered
         return claim
 
 

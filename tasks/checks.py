@@ -43,6 +43,7 @@ from models.results import (
 from tasks import mcp
 from tasks.broker import UNAVAILABLE
 from tasks.events import publish_monitor, publish_quiet, publish_work
+from tasks.rendered import keep_picture, render_check
 from tasks.runtime import Runtime, current, own_endpoints
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,10 @@ BATCH_MIN, BATCH_MAX = 20, 50
 BATCH_SPREAD = 8
 #: monitors per message at most, however few urls they read (one url's monitors beyond it go on in the next)
 BATCH_MONITORS_MAX = 500
+#: the queue of checks that render a page in a browser, and how many such checks a message holds (each may take
+#: FETCH_TIMEOUT_SECONDS; one each spreads them over the browser workers' threads)
+BROWSER_QUEUE = "browser"
+RENDERED_PER_MESSAGE = 1
 
 
 def batches(claims: list) -> list[list]:
@@ -100,6 +105,18 @@ def _fetch_units(claims: list) -> list[list]:
                 time_limit=BATCH_MAX * 100_000)
 def check_monitors(claims: list[list]) -> None:
     """Check each claimed monitor once; a claim that is no longer current (a duplicate) does nothing."""
+    check_claims(claims)
+
+
+@dramatiq.actor(queue_name=BROWSER_QUEUE, max_retries=3, min_backoff=1000, max_backoff=30000,
+                time_limit=RENDERED_PER_MESSAGE * 120_000)
+def check_rendered(claims: list[list]) -> None:
+    """check_monitors for pages rendered in a browser (issue 31): a queue of their own, taken by the workers that
+    have a browser (`vigil worker --queues browser`), so slow renders never hold up the other checks."""
+    check_claims(claims)
+
+
+def check_claims(claims: list[list]) -> None:
     runtime = current()
     quiet = []
     counts: Counter = Counter()  # the metric's file is written once per kind a batch, not once per check
@@ -109,6 +126,8 @@ def check_monitors(claims: list[list]) -> None:
             outcome, recorded, full = check_one(runtime, monitor, alike)
             if not recorded.written:
                 continue
+            if outcome.picture is not None:
+                keep_picture(runtime, monitor.id, outcome)
             counts[outcome.kind, outcome.unreachable] += 1
             if full is None:  # quiet: the claimed copy, with what the check cleared, is enough for its event
                 quiet.append(monitor)
@@ -149,7 +168,9 @@ def check_one(runtime: Runtime, monitor: Claimed, alike: dict | None = None
     of this batch's checks so far, by same_inputs, each with the previous claim of the check that read it; a check
     with the same inputs whose own previous claim is no later has its outcome (read_after)."""
     source, check, with_placeholders = specs_of(monitor.source_text, monitor.check_text)
-    inputs = same_inputs(runtime, monitor, source.type, check, with_placeholders) if alike is not None else None
+    # a rendered page's check makes no shared GET (its source type stands apart)
+    kind = "rendered" if source.render else source.type
+    inputs = same_inputs(runtime, monitor, kind, check, with_placeholders) if alike is not None else None
     known = alike.get(inputs) if inputs is not None else None
     if known is not None and read_after(monitor.prev_checked_at, known[1]):
         # a quiet record writes no time: the claim's stands in for the clock's
@@ -169,6 +190,8 @@ def check_one(runtime: Runtime, monitor: Claimed, alike: dict | None = None
         if isinstance(ran, tuple):
             return ran  # refused: the monitor was paused or ended, and told
         outcome = ran
+    elif source.render:
+        outcome = render_check(runtime, source, check, prior, now, filled_in(monitor, now))
     else:
         # the placeholders' values only for a source that has some: formatting them costs ~10 µs a check
         filled = filled_in(monitor, now) if with_placeholders else {}
@@ -307,7 +330,7 @@ def _run_connection_tool(runtime: Runtime, monitor: Claimed, prior: Prior, now):
     try:
         own = own_endpoints(settings)
         tools = mcp.listing(row.id, url, token, max(monitor.interval_seconds, 60), settings.FETCH_ALLOW_LOOPBACK,
-                            own=own)
+                            own=own, egress=settings.egress)
         for ended, woke in end_duplicated_watches(monitor.user_id, source["connection"], tools, now):
             publish_monitor(ended, woke)  # every watch of a name listed twice, not only this one
         try:
@@ -319,7 +342,7 @@ def _run_connection_tool(runtime: Runtime, monitor: Claimed, prior: Prior, now):
             return _ended(monitor, f"The MCP tool {tool.name!r} changed since it was armed (its inputSchema or "
                           "annotations), so the watch stopped rather than run a version you did not arm.", now)
         result = mcp.call_tool(url, token, tool.name, source.get("arguments") or {}, timeout=RUN_SECONDS,
-                               allow_loopback=settings.FETCH_ALLOW_LOOPBACK, own=own)
+                               allow_loopback=settings.FETCH_ALLOW_LOOPBACK, own=own, egress=settings.egress)
     except McpError as exc:
         return Outcome(ERROR, error=exc.message)
     body = mcp_run_body(result.is_error, result.text, result.structured)
@@ -387,16 +410,20 @@ def queue_claims(claims: list[tuple[str, int]], now) -> None:
 
 
 def send_claims(claims: list[tuple[str, int]], now) -> None:
-    """Queue a check for each claim, in batches(). With the queue down, the claims not queued are released (due
-    again at once, not skipped an interval) and UNAVAILABLE is raised."""
-    sent = 0
-    for batch in batches(claims):
+    """Queue a check for each claim, in batches(); a page rendered in a browser goes to the browser queue,
+    RENDERED_PER_MESSAGE at a time. With the queue down, the claims not queued are released (due again at once,
+    not skipped an interval) and UNAVAILABLE is raised."""
+    rendered = [claim for claim in claims if getattr(claim, "rendered", False)]
+    plain = [claim for claim in claims if not getattr(claim, "rendered", False)] if rendered else claims
+    messages = [(check_monitors, batch) for batch in batches(plain)]
+    messages += [(check_rendered, rendered[i:i + RENDERED_PER_MESSAGE])
+                 for i in range(0, len(rendered), RENDERED_PER_MESSAGE)]
+    for index, (actor, batch) in enumerate(messages):
         try:
-            check_monitors.send([list(claim) for claim in batch])
+            actor.send([list(claim) for claim in batch])
         except UNAVAILABLE:
-            release(claims[sent:], now)
+            release([claim for _, left in messages[index:] for claim in left], now)
             raise
-        sent += len(batch)
 
 
 def dispatch_command(runtime: Runtime, monitor: Claimed, now) -> tuple[Outcome, Recorded, Monitor | None]:
@@ -417,4 +444,4 @@ def dispatch_command(runtime: Runtime, monitor: Claimed, now) -> tuple[Outcome, 
     return Outcome(QUIET), Recorded(False), None
 
 
-ACTORS = [check_monitors]
+ACTORS = [check_monitors, check_rendered]

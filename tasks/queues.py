@@ -18,6 +18,9 @@ from dramatiq.brokers.stub import StubBroker
 
 #: a scrape waits at most this long for Redis
 TIMEOUT_SECONDS = 2.0
+#: the queues a plain `vigil worker` takes; the `browser` queue (pages rendered in a browser, tasks/checks
+#: .check_rendered) is taken only by workers started with `--queues browser`, which have BROWSER_CDP_URL
+ORDINARY_QUEUES = ("checks", "deliveries", "pushes")
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,7 @@ def drain(broker):
     def run() -> None:
         assert relay.wait_idle(), "the web's delivery relay did not hand its deliveries to the broker"
         broker.join("checks")
+        broker.join("browser")  # pages rendered in a browser (tasks/checks.check_rendered)
         broker.join("deliveries")
         broker.join("pushes")
     return run
