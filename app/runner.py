@@ -22,7 +22,9 @@ from adapters.events import RESUMED
 from app.auth import bearer_token
 from models import connection, utcnow
 from models.db import retry_locked
-from models.commands import MAX_RECORDS_PER_POST, RecordRefused, store_records, store_result, work_for
+from models.commands import (
+    MAX_RECORDS_PER_POST, RecordRefused, runner_of_run, store_records, store_result, work_for,
+)
 from models.devices import AnotherRunner, PairingError, check_in, device_for_token, pair
 from models.monitors import load_for_check
 from tasks.broker import UNAVAILABLE
@@ -204,9 +206,10 @@ def _store_records(request: Request, run_id: str, records: list[dict]) -> Respon
 def _store_records_once(request: Request, run_id: str, records: list[dict]) -> Response:
     runtime = current()
     with connection():
-        device = _device(request, whole=False)
+        found = runner_of_run(bearer_token(request), run_id)  # one statement on a busy stream's every batch
+        device, check = found if found is not None else (_device(request, whole=False), None)
         try:
-            stored = store_records(device, run_id, records, utcnow(), runtime.lifecycle)
+            stored = store_records(device, run_id, records, utcnow(), runtime.lifecycle, check)
         except RecordRefused as exc:
             return _answer({"detail": str(exc)}, exc.status)
         _publish_records(stored, device)

@@ -15,7 +15,8 @@ from engine.streams import ending_text, lines_text, notice_text, waking_lines
 from engine.wake import paused_text
 from models.compiled import Prepared
 from models.db import database, utcnow
-from models.devices import Presence, find_device, is_online
+from models.devices import Presence, find_device, is_online, live_device, lookup_digest
+from models.due import sooner
 from models.monitors import create_event_monitor, load_for_check
 from models.results import Lifecycle, pause_and_tell, write_wake
 from models.runs import PENDING, RUNNING, STOPPING, UNFINISHED
@@ -218,14 +219,25 @@ class Stored:
     watcher_changed: bool = False
 
 
-def store_records(device: Device, run_id: str, records: list[dict], now: datetime, life: Lifecycle) -> Stored:
+def runner_of_run(token: str | None, run_id: str) -> tuple[Device, dict] | None:
+    """A runner's POST of records, in one statement: the live device of `token` and the check of its run
+    `run_id`'s monitor; None when the token or the run is unknown (the caller then finds out which)."""
+    digest = lookup_digest(token)
+    row = _DEVICE_AND_CHECK.first(run_id, digest) if digest else None
+    device = live_device(row.device, digest) if row is not None else None
+    return (device, row.monitor.check) if device is not None else None
+
+
+def store_records(device: Device, run_id: str, records: list[dict], now: datetime, life: Lifecycle,
+                  check: dict | None = None) -> Stored:
     """Each (run, seq) stored once, in order, in one transaction with its wakes; the highest contiguous seq.
-    The lines each record wakes with are picked before the transaction: a regex or CEL filter over a big batch
-    is no work to hold SQLite's one write lock (or the run's row lock) for."""
-    picks = _picks(device, run_id, records)
+    The lines each record wakes with are picked before the transaction, by the monitor's `check` (read here
+    unless the caller has it): a regex or CEL filter over a big batch is no work to hold SQLite's one write
+    lock (or the run's row lock) for."""
+    picks = _picks(device, run_id, records, check)
     with database.atomic():
         run = _locked_run(device, run_id)
-        monitor = load_for_check(run.monitor_id)  # read after the run's lock: what the last records left
+        monitor = run.monitor  # read with the run, after its lock: what the last records left
         stored = Stored(acked=run.acked_seq, monitor=monitor, status_before=monitor.status if monitor else "")
         for record in sorted(records, key=lambda r: r["seq"]):
             if record["seq"] <= stored.acked:
@@ -246,8 +258,19 @@ def store_records(device: Device, run_id: str, records: list[dict], now: datetim
 _CHECK_OF_RUN = Prepared("vigil_run_check", lambda run_id, device_id: (
     Monitor.select(Monitor.check).join(CommandRun, on=(CommandRun.monitor == Monitor.id))
     .where((CommandRun.id == run_id) & (CommandRun.device == device_id))))
+_DEVICE_AND_CHECK = Prepared("vigil_run_device_check", lambda run_id, digest: (
+    CommandRun.select(CommandRun.id, CommandRun.device, CommandRun.monitor, Device.id, Device.user,
+                      Device.token_digest, Device.revoked_at, Monitor.id, Monitor.check)
+    .join(Device).switch(CommandRun).join(Monitor)
+    .where((CommandRun.id == run_id) & (Device.token_digest == digest))))
 _RUN_LOCKED = Prepared("vigil_run_locked", lambda run_id, device_id: _for_update(
-    CommandRun.select().where((CommandRun.id == run_id) & (CommandRun.device == device_id))))
+    CommandRun.select(CommandRun.id, CommandRun.device, CommandRun.monitor, CommandRun.kind, CommandRun.command,
+                      CommandRun.status, CommandRun.acked_seq, CommandRun.exit_code, CommandRun.end_reason,
+                      CommandRun.started_at, CommandRun.finished_at,
+                      Monitor.id, Monitor.user, Monitor.conversation, Monitor.status, Monitor.check,
+                      Monitor.description, Monitor.note, Monitor.on_match, Conversation.id, Conversation.external_id)
+    .join(Monitor).join(Conversation)
+    .where((CommandRun.id == run_id) & (CommandRun.device == device_id))))
 _NEW_RECORD = Prepared("vigil_run_record_new", lambda run_id, seq, kind, lines, received_at: RunRecord.insert({
     RunRecord.run: run_id, RunRecord.seq: seq, RunRecord.kind: kind, RunRecord.lines: lines,
     RunRecord.received_at: received_at}))
@@ -258,16 +281,19 @@ _SAVE_RUN = Prepared("vigil_run_save", lambda acked, status, started, finished, 
 
 
 def _for_update(query):
-    """Two requests (two web processes) with the same records: one at a time. SQLite's one writer needs none."""
-    return query.for_update() if database.for_update else query
+    """Two requests (two web processes) with the same records: one at a time, locking the run's row only (not its
+    monitor's or conversation's, which other work updates). SQLite's one writer needs none."""
+    return query.for_update(of=CommandRun) if database.for_update else query
 
 
-def _picks(device: Device, run_id: str, records: list[dict]) -> dict[int, list[str]]:
+def _picks(device: Device, run_id: str, records: list[dict], stored_check: dict | None) -> dict[int, list[str]]:
     """seq -> the lines of that `lines` record that wake, by the monitor's filter (none for an unknown run)."""
-    row = _CHECK_OF_RUN.first(run_id, device.id)
-    if row is None:
-        return {}
-    check = check_from_record(row.check)
+    if stored_check is None:
+        row = _CHECK_OF_RUN.first(run_id, device.id)
+        if row is None:
+            return {}
+        stored_check = row.check
+    check = check_from_record(stored_check)
     return {record["seq"]: waking_lines(check, record.get("lines") or []) for record in records
             if record["kind"] == "lines"}
 
