@@ -37,6 +37,8 @@ LAUNCH_ARGS = ("--disable-gpu", "--disable-background-networking", "--disable-co
 VIEWPORT = {"width": 1280, "height": 800}
 #: after the page settles, how long a selector that matches nothing yet is waited for (content a script adds late)
 SELECTOR_GRACE_SECONDS = 5.0
+#: after a navigation fails, how long a crash of its renderer is waited for, to tell the two apart
+CRASH_GRACE_SECONDS = 0.5
 #: JPEG qualities a screenshot is tried at, best first, until one fits the size cap
 SCREENSHOT_QUALITIES = (70, 45, 25)
 #: an element larger than this (CSS px, either side) is pictured as the viewport instead
@@ -258,6 +260,13 @@ class RenderSession:
             response = await _racing(crashed, self._load(page, url, wait_for, deadline))
         except asyncio.TimeoutError:
             raise _did_not_settle(url, self._timeout) from None
+        except _Crashed:
+            raise
+        except Exception:  # a navigation aborted by a dying renderer: say so when its crash is reported just after
+            await asyncio.wait({crashed}, timeout=CRASH_GRACE_SECONDS)
+            if crashed.done():
+                raise _Crashed() from None
+            raise
         _check_status(response)
         if selector and not await page.query_selector(selector):
             grace = min(SELECTOR_GRACE_SECONDS, deadline - loop.time())
@@ -291,7 +300,8 @@ class RenderSession:
         target = page.locator(self._selector).first if self._selector else None
         if target is not None:
             box = await target.bounding_box()
-            if not box or box["width"] < 1 or box["height"] < 1 or max(box["width"], box["height"]) > SCREENSHOT_MAX_SIDE:
+            sides = (box["width"], box["height"]) if box else (0, 0)
+            if min(sides) < 1 or max(sides) > SCREENSHOT_MAX_SIDE:
                 target = None
         for quality in SCREENSHOT_QUALITIES:
             shoot = target.screenshot if target is not None else page.screenshot

@@ -47,10 +47,13 @@ class Site:
         site = self
         self.pages: dict[str, str] = {}
         self.stopping = threading.Event()
+        #: set once /slow.png was asked for: the page's document is loaded in its renderer
+        self.slow_asked = threading.Event()
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 if self.path == "/slow.png":
+                    site.slow_asked.set()
                     site.stopping.wait(60)
                     return
                 body = site.pages.get(self.path)
@@ -178,9 +181,10 @@ def test_a_crashed_renderer_is_an_unreachable_check_and_the_worker_goes_on(clien
     site.set("/shop", NEVER_SETTLES)  # held open, so the renderer is there to kill
     killed: list[int] = []
 
-    def kill_renderers() -> None:  # every renderer while the check runs (a spare one may be first)
-        while not done.is_set():
-            time.sleep(0.2)
+    def kill_renderers() -> None:  # once the page is loaded and waits for its image: every renderer there is
+        while not done.is_set() and not killed:
+            if not site.slow_asked.wait(0.2):
+                continue
             for pid in _renderers_of_this_process():
                 try:
                     os.kill(pid, signal.SIGKILL)
