@@ -27,7 +27,7 @@ from bench.common import PYTHON, RESULTS, failed, hold_signals, prepare, publish
 #: in the order they run: the cheap ones first, so a broken set-up shows early
 BENCHMARKS = ("judge_calls", "fetch_cost", "quiet_checks", "quiet_checks_shared", "trigger_ingest", "wake_push",
               "wake_push_coalesce", "dry_run", "stream_lines", "stream_lines_embedded", "time_and_documents",
-              "tool_polls", "web_under_load", "scheduler_cost", "expect_cost", "memory")
+              "tool_polls", "long_polls", "web_under_load", "scheduler_cost", "expect_cost", "memory")
 #: a benchmark that is a case of another's file: (its file, its arguments)
 CASES = {"wake_push_coalesce": ("wake_push", ["--coalesce"]), "quiet_checks_shared": ("quiet_checks", ["--shared"]),
          "stream_lines_embedded": ("stream_lines", ["--embedded"])}
