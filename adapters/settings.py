@@ -163,8 +163,16 @@ class Settings:
     """How often the scheduler looks for due monitors. Default 1."""
     SCHEDULER_BATCH_SIZE: int = 500
     """Most monitors claimed in one tick. Default 500."""
+    SCHEDULER_MAX_SLEEP_SECONDS: float = 60.0
+    """Longest the scheduler sleeps between passes when nothing is due sooner: it sleeps until its next due time
+    and is woken early when something falls due sooner (a monitor created or resumed…); this bounds what a lost
+    wake-up costs. From 1 to 3600. Default 60."""
     WORKER_THREADS: int = 4
     """Worker threads of the embedded (vigil serve) worker. Default 4."""
+    WORKER_BEAT_SECONDS: float = 2.0
+    """How often an idle production worker process refreshes its Redis heartbeat and looks at every queue's length
+    (picking up a message whose wake notification was lost); between beats it sleeps until a message arrives.
+    From 0.1 to 30. Default 2."""
     BROWSER_CDP_URL: str = ""
     """A browser service pages with render: browser are rendered in, over the Chrome DevTools Protocol: a Chromium
     started with --remote-debugging-port (http://host:9222) or a browserless-style ws:// endpoint. Renders run on
@@ -172,6 +180,10 @@ class Settings:
     BROWSER_EXECUTABLE: str = ""
     """The Chromium launched (once per process, reused) when BROWSER_CDP_URL is empty. Default empty: in embedded
     mode `chromium` on PATH; in production none (set BROWSER_CDP_URL instead)."""
+    BROWSER_PROXY_HOST: str = "127.0.0.1"
+    """The address of this machine that the browser reaches Vigil's guarded browser proxy at (it listens there, on
+    a free port): 127.0.0.1 for a browser on the same machine, this worker's private address for a browser service
+    elsewhere. Only this machine and BROWSER_CDP_URL's host may use the proxy. Default 127.0.0.1."""
     BROWSER_CONCURRENCY: int = 2
     """Pages one process renders at once; more renders wait their turn. Default 2."""
     BROWSER_SCREENSHOT_MAX_BYTES: int = 200 * 1024
@@ -269,6 +281,11 @@ class Settings:
         if self.BROWSER_CONCURRENCY < 1 or self.MONITOR_SCREENSHOTS_KEPT < 0 or self.BROWSER_SCREENSHOT_MAX_BYTES < 1024:
             raise SettingsError("BROWSER_CONCURRENCY must be at least 1, MONITOR_SCREENSHOTS_KEPT 0 or more, and "
                                 "BROWSER_SCREENSHOT_MAX_BYTES at least 1024")
+        if not 0.1 <= self.WORKER_BEAT_SECONDS <= 30:
+            raise SettingsError("WORKER_BEAT_SECONDS must be from 0.1 to 30 (other workers count a process silent "
+                                "for 60 s as dead)")
+        if not 1 <= self.SCHEDULER_MAX_SLEEP_SECONDS <= 3600:
+            raise SettingsError("SCHEDULER_MAX_SLEEP_SECONDS must be from 1 to 3600")
         if not 0 <= self.WAKE_COALESCE_SECONDS <= 3600:
             raise SettingsError("WAKE_COALESCE_SECONDS must be from 0 (off) to 3600")
         if self.FETCH_SHARED_CACHE_BYTES < 0:

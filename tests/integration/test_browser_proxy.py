@@ -285,3 +285,37 @@ def test_a_rendered_page_on_loopback_is_refused_without_the_test_switch(listener
         assert answer is not None and answer.status == 403
         assert "a loopback address (this machine)" in page.inner_text("body")
     assert listener.hits == []
+
+
+def _this_machines_address() -> str | None:
+    """A non-loopback address of this machine (the one its default route leaves from), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the route
+        except OSError:
+            return None
+        address = probe.getsockname()[0]
+    return None if address.startswith("127.") else address
+
+
+def test_browser_proxy_beyond_loopback_serves_only_the_browser_service(listener):
+    """BROWSER_PROXY_HOST makes the proxy reachable from a browser service elsewhere; a peer that is neither this
+    machine's loopback nor BROWSER_CDP_URL's host is refused (it would get Vigil's egress)."""
+    address = _this_machines_address()
+    if address is None:
+        pytest.skip("this machine has no address besides loopback")
+
+    def through(proxy) -> bytes:
+        with socket.create_connection((address, proxy.port), timeout=10, source_address=(address, 0)) as sock:
+            sock.sendall(f"GET http://127.0.0.1:{listener.port}/far HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            return _read_head(sock)
+
+    base = dict(FETCH_ALLOW_LOOPBACK=True, BROWSER_PROXY_HOST=address)
+    with start_guarded_proxy(Settings(**base)) as stranger_proxy:
+        assert stranger_proxy.url == f"http://{address}:{stranger_proxy.port}"
+        refused = through(stranger_proxy)
+    with start_guarded_proxy(Settings(**base, BROWSER_CDP_URL=f"http://{address}:9222")) as service_proxy:
+        served = through(service_proxy)
+    assert refused.startswith(b"HTTP/1.1 403") and b"BROWSER_CDP_URL" in refused
+    assert served.startswith(b"HTTP/1.0 200") or served.startswith(b"HTTP/1.1 200"), served
+    assert listener.hits == ["/far"]
