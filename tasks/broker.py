@@ -6,7 +6,6 @@ import logging
 
 import dramatiq
 import redis.exceptions
-from dramatiq.brokers.stub import StubBroker
 from dramatiq.errors import BrokerConnectionError, Retry
 from dramatiq.middleware import MiddlewareError
 
@@ -14,6 +13,7 @@ from engine.checks.cel import stop_helper
 from models import database
 from models.db import UNAVAILABLE as DATABASE_UNAVAILABLE
 from tasks.runtime import configure
+from tasks.wakes import WakingRedisBroker, WakingStubBroker
 from adapters.logs import first_line
 from adapters.settings import Settings
 
@@ -58,12 +58,10 @@ def setup_broker(settings: Settings, bus=None, broker: dramatiq.Broker | None = 
     configure(settings, bus)
     if broker is not None:
         pass
-    elif settings.REDIS_URL:
-        from dramatiq.brokers.redis import RedisBroker
-
-        broker = RedisBroker(url=settings.REDIS_URL)
+    elif settings.REDIS_URL:  # both wait for work instead of polling for it (tasks/wakes.py)
+        broker = WakingRedisBroker(url=settings.REDIS_URL, beat_seconds=settings.WORKER_BEAT_SECONDS)
     else:
-        broker = StubBroker()
+        broker = WakingStubBroker()
         broker.emit_after("process_boot")
     broker.add_middleware(DatabaseConnection())
     dramatiq.set_broker(broker)

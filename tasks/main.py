@@ -10,6 +10,8 @@ prepare(settings)  # this worker process's metrics files, before anything below 
 
 from models.db import bind  # noqa: E402
 from tasks.broker import setup_broker  # noqa: E402
+from tasks.worker import run_dramatiq_workers_idle  # noqa: E402
 
 bind(settings.DATABASE_URL, settings.DATABASE_MAX_CONNECTIONS)
 broker = setup_broker(settings)
+run_dramatiq_workers_idle()  # this process's worker threads sleep until a message arrives

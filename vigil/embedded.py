@@ -7,7 +7,6 @@ import signal
 import threading
 
 import uvicorn
-from dramatiq import Worker
 
 from adapters.logs import mask_tokens
 from adapters.quiet_server import QuietServer
@@ -64,9 +63,10 @@ def run_scheduler_forever(settings: Settings, stop: threading.Event) -> int:
 def serve(settings: Settings, host: str, port: int) -> int:
     """Web, worker threads and scheduler in this one process."""
     from tasks.broker import setup_broker
+    from tasks.worker import IdleWorker
 
     broker = setup_broker(settings)
-    worker = Worker(broker, worker_threads=settings.WORKER_THREADS, worker_timeout=100)
+    worker = IdleWorker(broker, worker_threads=settings.WORKER_THREADS)  # asleep until a message or its eta
     worker.start()
     stop = start_scheduler(settings)
     if settings.LOCAL_RUNNER:
