@@ -20,6 +20,7 @@ from engine.wake import coalesced_metadata, coalesced_text
 from models.compiled import Compiled, run_prepared
 from models.conversations import append_message
 from models.db import database, write_transaction
+from models.due import sooner
 from models.tables import Conversation, HeldWake, Message, Wake
 from models.wake_endpoints import queue_pushes
 
@@ -73,6 +74,8 @@ def hold(wake_id: int, conversation_id: int, user_id: int, content: str, metadat
     HeldWake.insert({HeldWake.wake: wake_id, HeldWake.conversation: conversation_id, HeldWake.user: user_id,
                      HeldWake.content: content, HeldWake.metadata: metadata, HeldWake.due_at: due,
                      HeldWake.created_at: now}).execute()
+    if opened is None:
+        sooner(due)  # a window opened: the scheduler delivers it when it closes
     return due
 
 

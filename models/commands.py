@@ -88,6 +88,7 @@ def arm(monitor: Monitor, device: Device, now: datetime, decision: str) -> None:
     if monitor.polled:
         Monitor.update(status=ACTIVE, next_check_at=now, updated_at=now).where(Monitor.id == monitor.id).execute()
         monitor.status = ACTIVE
+        sooner(now)  # its first check is due now
         return
     Monitor.update(status=ACTIVE, updated_at=now).where(Monitor.id == monitor.id).execute()
     monitor.status = ACTIVE
@@ -189,6 +190,7 @@ def dispatch_poll(monitor: Monitor, claim_seq: int, now: datetime, presence: Pre
     run = CommandRun.create(id=uuid.uuid4().hex, device=device, monitor=monitor.id, kind="poll", command=command,
                             cwd=monitor.source.get("cwd"), timeout=timeout, status=PENDING, claim_seq=claim_seq,
                             created_at=now, deadline_at=now + timedelta(seconds=timeout + POLL_SLACK_SECONDS))
+    sooner(run.deadline_at)  # unanswered by then, it is an unreachable check (the scheduler's devices_tick)
     return Dispatch(run=run)
 
 

@@ -11,6 +11,7 @@ from engine.denylist import DEFAULT_PATTERNS, checked_patterns
 from engine.tokens import new_token, same_secret, token_digest
 from models.compiled import Prepared
 from models.db import database, iso
+from models.due import sooner
 from models.tables import CommandRun, Device, PairingCode, User
 
 DEVICE_TOKEN_PREFIX = "vgd_"
@@ -135,6 +136,8 @@ def check_in(device: Device, session: str, version: str, now: datetime, presence
     Device.update(session_id=session[:64], last_seen_at=now, runner_version=(version or "")[:40], online=True) \
         .where(Device.id == device.id).execute()
     device.session_id, device.last_seen_at, device.online = session[:64], now, True
+    if came_online:  # quiet for the offline window from now, the scheduler marks it offline
+        sooner(now + timedelta(seconds=presence.offline_seconds))
     return came_online
 
 

@@ -21,6 +21,7 @@ from engine.expect import (
 )
 from models.compiled import Compiled, run_prepared
 from models.db import database, iso
+from models.due import sooner
 from models.events import record_event
 from models.results import (
     ONE_MORE, Lifecycle, Recorded, caps_columns, caps_params, caps_reached, daily_cap_reason, end_in_error,
@@ -49,6 +50,8 @@ def arrived(monitor: Monitor, now: datetime) -> None:
     due = deadline(parse_expect(raw), now)
     _ARRIVED.rowcount(due, now, monitor.id)
     monitor.expect_due_at = due
+    if monitor.expect_missed_since is not None:  # back after a miss: the scheduler announces it
+        sooner(now)
 
 
 def _with_conversation():

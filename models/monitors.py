@@ -15,6 +15,7 @@ from models.claims import Claimed
 from models.compiled import Prepared
 from models.db import database, iso, utcnow
 from models.documents import watch_key
+from models.due import sooner
 from models.events import record_event
 from models.guardrails import one_per_wake
 from models.results import validator_values, write_wake
@@ -82,6 +83,9 @@ def _create(user: User, conversation: Conversation, spec: MonitorSpec, now: date
             expires_at=now + timedelta(seconds=spec.ttl_seconds), condition=spec.condition,
             judge_model=spec.judge_model, note=spec.note, parent_message_id=spec.parent_message_id,
             depth=spec.depth, created_at=now, updated_at=now, **fields)
+    # the scheduler may be asleep past this monitor's first due moment (its next check, expiry or deadline)
+    sooner(min(t for t in (monitor.next_check_at if monitor.polled else None, monitor.expires_at,
+                           monitor.expect_due_at) if t is not None))
     # ids and kinds only: never the source's url (it may carry a credential) or anything the agent wrote
     log.info("monitor %s created: %s, conversation %s", monitor.id, _kind(record), conversation.id)
     if monitor.baseline:  # a polled monitor's first check, at create
@@ -123,6 +127,8 @@ def change_status(user: User, monitor_id: str, action: str) -> Monitor:
     updated = Monitor.update(fields).where((Monitor.id == monitor.id) & (Monitor.status == monitor.status)).execute()
     if updated != 1:
         raise TransitionRefused("the monitor changed meanwhile; try again")
+    if action == "resume":
+        sooner(fields[Monitor.next_check_at])  # due now: the scheduler may be asleep until much later
     record_event(monitor, _past(action), "", utcnow(), {"reason": f"{_past(action).capitalize()} by a call to the API "
                                                                  "or from Settings → Monitors."})
     if action == "cancel":

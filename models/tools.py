@@ -22,6 +22,7 @@ from engine.tools import (
 )
 from models.compiled import Compiled
 from models.db import database, iso, write_transaction
+from models.due import sooner
 from models.monitors import create_event_monitor, load_for_check
 from models.results import end_any_in_error, write_wake
 from models.tables import (
@@ -230,6 +231,7 @@ def decide_tool(user: User, monitor_id: str, approve: bool, now: datetime) -> tu
         if approve:
             Monitor.update(status=ACTIVE, next_check_at=now, updated_at=now) \
                 .where((Monitor.id == monitor.id) & (Monitor.status == AWAITING)).execute()
+            sooner(now)  # its first poll is due now
             _audit(monitor, source, "approved")
             return load_for_check(monitor_id), None
         Monitor.update(status=CANCELLED, updated_at=now) \

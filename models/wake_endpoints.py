@@ -19,6 +19,7 @@ from engine.pushes import DELIVERED, DISABLE, GIVE_UP, Verdict
 from engine.signatures import new_secret
 from models.compiled import Compiled
 from models.db import database, iso, write_transaction
+from models.due import sooner
 from models.tables import Conversation, Message, User, WakeAttempt, WakeEndpoint, WakePush
 
 PENDING, FAILED = "pending", "failed"
@@ -186,6 +187,7 @@ def claim_push(push_id: int, now: datetime, lease: timedelta = LEASE) -> Claimed
         return None
     if _CLAIM.rowcount(push_id, push.attempts, PENDING, now, now + lease) != 1:
         return None  # another worker got there first
+    sooner(now + lease)  # should this worker die with it, the scheduler's push sweep sends it again then
     if not push.endpoint.enabled:
         _finish(push_id, push.attempts, FAILED)
         return None
@@ -222,6 +224,8 @@ def record_attempt(claimed: Claimed, status: int | None, answer: str, latency_ms
                            status_code=status, latency_ms=latency_ms, answer=answer[:300],
                            next_attempt_at=verdict.next_at).execute()
         _endpoint_after(claimed.endpoint, verdict, now)
+    if push_state == PENDING and verdict.next_at is not None:
+        sooner(verdict.next_at)  # the retry: the scheduler's push sweep queues it then
     return True
 
 

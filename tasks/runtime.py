@@ -14,12 +14,14 @@ from engine.judge import JudgeModel
 from engine.judge_transport import plain_session
 from engine.shared_fetch import SharedFetches, Window
 from engine.sources import SourceIO, SourcePolicy
+from models import due
 from models.coalesce import coalesce_by_default
 from models.devices import Presence
 from models.events import keep_events
 from models.judging import DEFAULT_MODEL, JudgePolicy
 from models.results import Lifecycle
 from adapters.events import LocalBus, RedisBus, make_bus
+from adapters.wakeup import make_alarm
 from adapters.ratelimit import LinkLimiter
 from adapters.settings import Settings
 
@@ -44,10 +46,13 @@ class Runtime:
         self.judge_policy = JudgePolicy(keyring=self.keyring, fallback=default_judge(settings),
                                         failures_limit=settings.SCHEDULE_AUTOPAUSE_FAILURES,
                                         token_budget=settings.MONITOR_JUDGE_TOKEN_BUDGET,
-                                        allow_private=settings.JUDGE_ALLOW_PRIVATE_URLS, own=own_endpoints(settings))
+                                        allow_private=settings.JUDGE_ALLOW_PRIVATE_URLS, own=own_endpoints(settings),
+                                        egress=settings.egress)
         #: this process's shared fetches (engine/shared_fetch.py): its threads share them, other worker processes
         #: have their own, so N processes make at most N GETs per distinct request per interval window
         self.shared_fetches = SharedFetches(settings.FETCH_SHARED_CACHE_BYTES, settings.FETCH_TIMEOUT_SECONDS)
+        #: the scheduler's alarm (adapters/wakeup.py): writes that make something due sooner ring it
+        self.alarm = make_alarm(settings.REDIS_URL, settings.DATABASE_URL)
 
     def fetcher(self) -> Fetcher:
         """This thread's fetcher: its connections are reused from check to check."""
@@ -76,7 +81,7 @@ class Runtime:
         not SSRF-guarded); an account's own models are called through engine/judge_transport's guarded one."""
         session = getattr(self._local, "judge_session", None)
         if session is None:
-            session = self._local.judge_session = plain_session()
+            session = self._local.judge_session = plain_session(self.settings.egress)
         return session
 
 
@@ -88,6 +93,7 @@ def configure(settings: Settings, bus: LocalBus | RedisBus | None = None) -> Run
     keep_events(settings.MONITOR_EVENTS_KEPT)
     coalesce_by_default(settings.WAKE_COALESCE_SECONDS)
     _current = Runtime(settings, bus or make_bus(settings.REDIS_URL, settings.DATABASE_URL))
+    due.install(_current.alarm.ring)  # models/due.sooner: a write that brings the scheduler's next pass closer
     return _current
 
 
@@ -99,7 +105,8 @@ def current() -> Runtime:
 
 def fetch_policy(settings: Settings) -> FetchPolicy:
     return FetchPolicy(timeout=settings.FETCH_TIMEOUT_SECONDS, max_bytes=settings.FETCH_MAX_BYTES,
-                       allow_loopback=settings.FETCH_ALLOW_LOOPBACK, own=own_endpoints(settings))
+                       allow_loopback=settings.FETCH_ALLOW_LOOPBACK, own=own_endpoints(settings),
+                       egress=settings.egress)
 
 
 def own_endpoints(settings: Settings) -> Own:

@@ -1,7 +1,11 @@
-"""The scheduler: a loop that only claims due monitors and enqueues their checks.
+"""The scheduler: a loop that only claims due monitors and enqueues their checks, and serves the other due
+work of a tick (expiries, closed coalescing windows, missed deliveries, pushes to retry, devices gone quiet).
 
-It ticks just after each wall-clock tick boundary (time watches are due on whole seconds) and skips missed
-ticks rather than replaying them.
+It sleeps until its next due time (issue 32): after a pass it reads the earliest due moment of each kind of
+work in one statement (models/due.py) and sleeps until the wall-clock tick boundary at or after the earliest
+(time watches are due on whole seconds), at most SCHEDULER_MAX_SLEEP_SECONDS. A write that makes something due
+sooner rings its alarm (adapters/wakeup.py). Missed ticks are skipped, not replayed; sleeps are timeouts
+(monotonic), and each pass is given its `now`.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from datetime import datetime, timedelta
 from models import connection, utcnow
 from models.claims import claim_due
 from models.coalesce import flush_due
+from models.due import Due, due_times
 from engine.pipeline import ERROR, Outcome
+from engine.wake_plan import rung_times, wake_at
 from models.commands import expire_runs, unchecked_results
 from models.devices import mark_offline
 from models.expect import miss_due
@@ -40,17 +46,31 @@ log = logging.getLogger(__name__)
 PUSH_GRACE = timedelta(seconds=2)
 
 
-def tick(now: datetime, batch_size: int) -> int:
+#: the kinds of a tick's work (models/due.Due's fields, and the sweep and prune the loop times itself)
+EVERYTHING = frozenset(("checks", "expiries", "expects", "backs", "held", "pushes", "runs", "stops", "devices"))
+
+
+def tick(now: datetime, batch_size: int, kinds: frozenset = EVERYTHING) -> int:
     """One pass: end expired monitors, deliver closed coalescing windows, queue due wake pushes, claim due
-    monitors and enqueue a check for each, then wake for missed deliveries. Returns how many monitors."""
-    for monitor, message in expire_due(now):
-        publish_monitor(monitor, message)
-    publish_coalesced(flush_due(now))  # wake coalescing: the windows that closed, one message each
-    devices_tick(now)
-    _sweep_pushes(now)
-    claimed = claim_due(now, batch_size)
-    send_claims(claimed, now)  # the queue down: what was not queued is released, and the tick fails
-    _tell_missed(now)
+    monitors and enqueue a check for each, then wake for missed deliveries; of those, the `kinds` due (the
+    sleeping loop's), all of them by default. Returns how many monitors were claimed."""
+    global misses_left
+    if "expiries" in kinds:
+        for monitor, message in expire_due(now):
+            publish_monitor(monitor, message)
+    if "held" in kinds:
+        publish_coalesced(flush_due(now))  # wake coalescing: the windows that closed, one message each
+    if kinds & {"runs", "stops", "devices"}:
+        devices_tick(now)
+    if "pushes" in kinds:
+        _sweep_pushes(now)
+    claimed = []
+    if "checks" in kinds:
+        claimed = claim_due(now, batch_size)
+        send_claims(claimed, now)  # the queue down: what was not queued is released, and the tick fails
+    misses_left = False
+    if kinds & {"expects", "backs"}:
+        _tell_missed(now)
     return len(claimed)
 
 
@@ -122,33 +142,107 @@ def _prune(now: datetime) -> None:
         prune_attempts(now)
 
 
-#: how long after a wall-clock tick boundary the tick runs: a time watch due at 12:00:05 is claimed at 12:00:05.005
-ALIGN_SLACK_SECONDS = 0.005
 
 
-def wait_for_boundary(tick_seconds: float, now: float) -> float:
-    """Seconds until just after the next multiple of tick_seconds on the wall clock. Time watches are due on whole
-    seconds; ticking at a phase of the scheduler's own start would add up to a whole tick to every one of them."""
-    return tick_seconds - (now % tick_seconds) + ALIGN_SLACK_SECONDS
+#: while asleep, the loop looks at `stop` this often (a signal's handler sets it; the blocking read does not end)
+STOP_POLL_SECONDS = 1.0
+#: a stop order not started by its runner is ended this long after it was sent (models/runs.end_forgotten_stops)
+FORGOTTEN_STOP = timedelta(seconds=120)
+_EPOCH = datetime(1970, 1, 1)
 
 
-def run(tick_seconds: float, batch_size: int, stop: threading.Event, sweep_seconds: int = 30) -> None:
-    """Tick until `stop` is set, just after each wall-clock tick boundary; a full batch goes again at once (missed
-    ticks are skipped, not replayed). Sweeps deliveries every sweep_seconds."""
-    next_sweep = time.monotonic()
-    while not stop.is_set():
+def _epoch(when: datetime | None) -> float | None:
+    return None if when is None else (when - _EPOCH).total_seconds()
+
+
+class Loop:
+    """The sleeping scheduler's state between passes: when it last swept, and the moments rung to look at."""
+
+    def __init__(self, tick_seconds: float, batch_size: int, sweep_seconds: int, max_sleep: float, alarm,
+                 clock=time.time) -> None:
+        self.tick_seconds, self.batch_size, self.sweep_seconds = tick_seconds, batch_size, sweep_seconds
+        self.max_sleep, self.alarm, self.clock = max_sleep, alarm, clock
+        self.next_sweep = clock()  # epoch seconds: the sweep's own pace (each swept item is queued again)
+        self.rung: list[float] = []
+        #: passes that served something, and reads of the due times: what the tests and benches count
+        self.passes = self.reads = 0
+
+    def due_at(self, due: Due, now: float) -> dict[str, float | None]:
+        """Each kind's moment to be served, epoch seconds: the stored due times, with the delays and paces the
+        passes add to them (a push's grace and sweep pace, a device's offline window, the delivery sweep's age)."""
+        settings = current().settings
+        offline = current().presence.offline_seconds
+        pushes = _epoch(due.pushes)
+        if pushes is not None:
+            last = _epoch(_last_push_sweep)
+            pushes = max(pushes + PUSH_GRACE.total_seconds(),
+                         pushes if last is None else last + settings.WAKE_PUSH_SWEEP_SECONDS)
+        swept = [t for t in (_epoch(due.deliveries), _epoch(due.results)) if t is not None]
+        sweep = max(min(swept) + self.sweep_seconds, self.next_sweep) if swept else None
+        stops, devices = _epoch(due.stops), _epoch(due.devices)
+        return {"checks": _epoch(due.checks), "expiries": _epoch(due.expiries), "expects": _epoch(due.expects),
+                "backs": _epoch(due.backs), "held": _epoch(due.held), "pushes": pushes, "runs": _epoch(due.runs),
+                "stops": None if stops is None else stops + FORGOTTEN_STOP.total_seconds(),
+                "devices": None if devices is None else devices + offline, "sweep": sweep,
+                "prune": now + max(_next_prune - time.monotonic(), 0.0)}
+
+    def step(self) -> float | None:
+        """One pass: read the due times, serve the kinds due; the moment to pass next, or None for at once (a
+        full batch, misses left)."""
+        now = self.clock()
+        self.rung = [when for when in self.rung if when > now]
         try:
             with connection():
-                claimed = tick(utcnow(), batch_size)
-                if time.monotonic() >= next_sweep:
-                    next_sweep = time.monotonic() + sweep_seconds
-                    sweep(utcnow(), sweep_seconds)
+                due = due_times()
+                self.reads += 1
+                at = self.due_at(due, now)
+                kinds = frozenset(kind for kind, when in at.items() if when is not None and when <= now)
+                if not kinds:
+                    return wake_at(now, list(at.values()), self.tick_seconds, self.max_sleep, self.rung)
+                self.passes += 1
+                when = _as_utc(now)
+                claimed = tick(when, self.batch_size, kinds & EVERYTHING)
+                if kinds & {"sweep", "prune"}:
+                    self.next_sweep = now + self.sweep_seconds
+                    sweep(when, self.sweep_seconds)
+                if claimed >= self.batch_size or misses_left:
+                    return None
         except UNAVAILABLE as exc:  # a database or Redis outage: say so in one line, try again next tick
             log.warning("scheduler tick skipped, database or queue unreachable: %s", first_line(exc))
-            claimed = 0
         except Exception:  # anything else: the traceback, and the next tick all the same
             log.exception("scheduler tick failed")
-            claimed = 0
-        if claimed >= batch_size or misses_left:
-            continue
-        stop.wait(wait_for_boundary(tick_seconds, time.time()))
+        # served (or failed): look again at the next tick, which finds what is left or sleeps
+        return wake_at(now, [now], self.tick_seconds, self.max_sleep, self.rung)
+
+    def sleep_until(self, at: float, stop: threading.Event) -> None:
+        """Sleep until `at` (epoch seconds) or a ring of something due before it, or `stop`."""
+        while not stop.is_set():
+            left = at - self.clock()
+            if left <= 0:
+                return
+            heard = [_epoch(when) for when in self.alarm.wait(min(left, STOP_POLL_SECONDS))]
+            if heard:
+                now = self.clock()
+                self.rung += rung_times(now, heard, self.tick_seconds)
+                at = min(at, wake_at(now, [], self.tick_seconds, self.max_sleep, self.rung))
+
+
+def _as_utc(epoch: float) -> datetime:
+    return _EPOCH + timedelta(seconds=epoch)
+
+
+def run(tick_seconds: float, batch_size: int, stop: threading.Event, sweep_seconds: int = 30,
+        max_sleep: float | None = None, alarm=None) -> Loop:
+    """Pass until `stop` is set: each pass serves what is due, then the loop sleeps until the next due moment's
+    tick (woken early by a ring); a full batch goes again at once (missed ticks are skipped, not replayed).
+    Returns the loop, for its counts."""
+    runtime = current()
+    if max_sleep is None:
+        max_sleep = runtime.settings.SCHEDULER_MAX_SLEEP_SECONDS
+    loop = Loop(tick_seconds, batch_size, sweep_seconds, max_sleep, alarm or runtime.alarm)
+    loop.alarm.wait(0)  # subscribed before the first read: a ring from then on is heard
+    while not stop.is_set():
+        at = loop.step()
+        if at is not None:
+            loop.sleep_until(at, stop)
+    return loop
