@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import shutil
 import threading
 from collections.abc import Callable
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 
 #: what a rendered page does not fetch: nothing a check reads (images are fetched: a price may be one)
 REFUSED_TYPES = frozenset({"media", "font"})
+#: the file names of fonts, video and audio, routed (and refused) behind the guarded proxy
+REFUSED_NAMES = re.compile(r"\.(?:woff2?|ttf|otf|eot|mp4|webm|ogv|mov|m4v|mp3|m4a|ogg|oga|wav|flac|aac)(?:[?#]|$)",
+                           re.IGNORECASE)
 #: a local Chromium's flags (STACK-NOTES: Debian's chromium with Playwright); the heap cap bounds one page's memory
 LAUNCH_ARGS = ("--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync",
                "--no-first-run", "--disable-quic", "--disable-dev-shm-usage", "--js-flags=--max-old-space-size=512")
@@ -249,7 +253,10 @@ class RenderSession:
             options["proxy"] = {"server": proxy_url}
         self._context = context = await browser.new_context(**options)
         context.set_default_timeout(self._timeout * 1000)
-        await context.route("**/*", _Guard(config, guarded_by_proxy=bool(proxy_url)).handle)
+        guard = _Guard(config, guarded_by_proxy=bool(proxy_url))
+        # behind the guarded proxy only fonts and media need refusing: by their names, so other requests never
+        # wait on this process (each routed request is a round trip to it); without the proxy, every request
+        await context.route(REFUSED_NAMES if proxy_url else "**/*", guard.handle)
         page = await context.new_page()
         # any other page is a popup (window.open, target=_blank)
         context.on("page", lambda other: other is page or asyncio.ensure_future(_close_popup(other)))
@@ -322,7 +329,7 @@ class _Guard:
 
     async def handle(self, route) -> None:
         request = route.request
-        if request.resource_type in REFUSED_TYPES:
+        if request.resource_type in REFUSED_TYPES or self._by_proxy:
             await route.abort("blockedbyclient")
             return
         if not self._by_proxy and await self._refusal(request.url):

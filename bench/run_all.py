@@ -3,7 +3,7 @@
 
     .venv/bin/python bench/run_all.py [--only quiet_checks,memory] [--skip judge_calls]
 
-Each benchmark runs as its own process with its default sizes (~23 minutes in all) and writes its full
+Each benchmark runs as its own process with its default sizes (~25 minutes in all) and writes its full
 report to bench/results/<name>.md and its headline figures to bench/results/<name>.json; this collects the
 figures. A benchmark that fails is reported as failed and the others still run. See bench/README.md.
 """
@@ -27,7 +27,7 @@ from bench.common import PYTHON, RESULTS, failed, hold_signals, prepare, publish
 #: in the order they run: the cheap ones first, so a broken set-up shows early
 BENCHMARKS = ("judge_calls", "fetch_cost", "quiet_checks", "quiet_checks_shared", "trigger_ingest", "wake_push",
               "wake_push_coalesce", "dry_run", "stream_lines", "stream_lines_embedded", "time_and_documents",
-              "tool_polls", "long_polls", "web_under_load", "scheduler_cost", "expect_cost", "memory")
+              "tool_polls", "long_polls", "idle", "web_under_load", "scheduler_cost", "expect_cost", "browser_checks", "memory")
 #: a benchmark that is a case of another's file: (its file, its arguments)
 CASES = {"wake_push_coalesce": ("wake_push", ["--coalesce"]), "quiet_checks_shared": ("quiet_checks", ["--shared"]),
          "stream_lines_embedded": ("stream_lines", ["--embedded"])}
