@@ -52,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", help="Dramatiq worker processes")
     worker.add_argument("--processes", type=int, default=2)
     worker.add_argument("--threads", type=int, default=8)
+    worker.add_argument("--queues", nargs="+", metavar="QUEUE", default=None,
+                        help="the queues to take (default: all but browser); `--queues browser` for the worker "
+                             "that renders pages in the browser at BROWSER_CDP_URL")
     worker.set_defaults(run=_worker)
     commands.add_parser("scheduler", help="the loop that enqueues due checks").set_defaults(run=_scheduler)
     commands.add_parser("migrate", help="create or update the schema").set_defaults(run=_migrate)
@@ -247,10 +250,12 @@ def _web(settings: Settings, args) -> int:
 
 
 def _worker(settings: Settings, args) -> int:
-    # An idle worker polls Redis every dramatiq_worker_timeout ms; 100 keeps a lone wake within ~0.1 s.
-    os.environ.setdefault("dramatiq_worker_timeout", "100")
+    # Its processes build IdleWorkers (tasks/main.py): woken by each enqueue, not polling (tasks/wakes.py).
+    from tasks.queues import ORDINARY_QUEUES
+
+    queues = args.queues or list(ORDINARY_QUEUES)  # renders only where asked for: they need a browser
     os.execvp(sys.executable, [sys.executable, "-m", "dramatiq", "tasks.main", "--processes",
-                               str(args.processes), "--threads", str(args.threads)])
+                               str(args.processes), "--threads", str(args.threads), "--queues", *queues])
 
 
 def _scheduler(settings: Settings, args) -> int:
