@@ -23,6 +23,7 @@ from engine.spec import check_from_record, source_from_record
 from engine.wake import misfit_text
 from models.compiled import Prepared, run_prepared
 from models.db import database
+from models.due import sooner
 from models.judging import JudgePolicy, judge_match
 from models.events import record_event
 from models.expect import arrived
@@ -351,6 +352,7 @@ def _judge_trouble(delivery: Delivery, monitor: Monitor, step, outcome: Outcome,
     if step.failure:
         if not record_judge_failure(monitor, monitor.claim_seq, step.failure, now).written:
             raise _Lost()
+        sooner(now)  # a sleeping scheduler looks now, and plans the sweep that brings this delivery back
         return Processed(monitor)
     with database.transaction():
         _mark(delivery, now, "paused")

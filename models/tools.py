@@ -203,6 +203,8 @@ def create_tool_monitor(user: User, conversation: Conversation, spec: MonitorSpe
     else:
         _audit(monitor, source, "read_only_hint" if source.connection else "read_only")
     Monitor.update(fields).where(Monitor.id == monitor.id).execute()
+    if not needs_approval:
+        sooner(now)  # armed: its first poll is due now (the event monitor it was created as rang for its expiry)
     return load_for_check(monitor.id)
 
 
