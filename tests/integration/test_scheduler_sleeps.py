@@ -46,7 +46,22 @@ class ClockAlarm:
         return []
 
 
-def test_with_nothing_due_the_scheduler_sleeps_until_the_next_due_moment(owner, broker):
+@pytest.fixture()
+def unworked_broker(settings):
+    """The actors on an in-memory broker nobody consumes: the claims are queued, no check runs. (A check run by a
+    worker writes with the real clock, which this test's fake clock is minutes ahead of.)"""
+    from dramatiq.brokers.stub import StubBroker
+
+    from tasks.broker import setup_broker
+
+    stub = StubBroker()
+    stub.emit_after("process_boot")
+    setup_broker(settings, broker=stub)
+    yield stub
+    stub.close()
+
+
+def test_with_nothing_due_the_scheduler_sleeps_until_the_next_due_moment(owner, unworked_broker):
     """Over five minutes of its clock, with one monitor due a hundred seconds in: one pass for it (at the tick it is
     due on), and reads of the due times at its cap (a minute) otherwise, where ticking each second took 300."""
     [monitor_id] = seed_monitors(owner[0], 1, due_in=100)
