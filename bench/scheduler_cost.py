@@ -2,6 +2,8 @@
 """Scheduler benchmark: does the scheduler's cost follow the number of due monitors, or the number armed?
 
     .venv/bin/python bench/scheduler_cost.py [--armed 100000] [--due 1000] [--window 60] [--rounds 2]
+    .venv/bin/python bench/scheduler_cost.py --armed 1000000 --due 1000 --window 30 --rounds 1   # a million
+    (about 5 minutes, most of it the INSERT … SELECT generate_series of the million rows)
 
 Two phases, each on a freshly migrated database (vigil_bench_sched, created if missing, schema dropped and
 recreated with `vigil migrate`; Redis db 9, flushed) with a real `vigil scheduler` (production settings: tick
@@ -23,6 +25,7 @@ Nothing asserts on time; see bench/README.md.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -42,8 +45,10 @@ from bench.common import (  # noqa: E402
     wait_listening, clean_up)
 from tests.processes import vigil as vigil_command  # noqa: E402
 
-DB_NAME = "vigil_bench_sched"
-REDIS_URL = "redis://127.0.0.1:6379/9"
+#: a database and Redis db of the bench's own (VIGIL_BENCH_SCHED_DB / VIGIL_BENCH_SCHED_REDIS: two people's runs
+#: on one machine must not share them)
+DB_NAME = os.environ.get("VIGIL_BENCH_SCHED_DB", "vigil_bench_sched")
+REDIS_URL = os.environ.get("VIGIL_BENCH_SCHED_REDIS", "redis://127.0.0.1:6379/9")
 ENV = {"DATABASE_URL": database_url(DB_NAME), "REDIS_URL": REDIS_URL, "FETCH_ALLOW_LOOPBACK": "true",
        "LOG_LEVEL": "WARNING", "SECRET_KEY": "bench-only-secret-key-not-used-for-anything-real",
        "VIGIL_DATA_DIR": str(RESULTS / "var")}
@@ -70,6 +75,8 @@ class Phase:
     queued: int = 0
     rows_read: int = 0
     blocks: int = 0
+    #: the scheduler's resident memory at the end of the window, MiB (the largest of the phase's windows)
+    rss_mib: float = 0.0
     #: total CPU per minute (scheduler + PostgreSQL) of each window
     windows: list[float] = field(default_factory=list)
 
@@ -77,6 +84,7 @@ class Phase:
         for name in ("wall", "scheduler_cpu", "pg_cpu", "claims", "claimed_early", "left_due", "seq_scans",
                      "idx_scans", "queued", "rows_read", "blocks", "windows"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.rss_mib = max(self.rss_mib, other.rss_mib)
 
     @property
     def best(self) -> float:
@@ -122,7 +130,8 @@ def seed(base: str, armed: int, due: int, window: float, interval: int) -> datet
     seed_page_monitors(ENV, base, 1, change_spec(interval), lambda now: now + timedelta(days=1))
     db = Db()
     template, created = db.query("SELECT id, created_at FROM monitors")[0]
-    t0 = utcnow() + timedelta(seconds=LEAD_SECONDS + 4 + armed / 20000)  # the insert takes a while
+    # the insert takes a while: over a minute for a million rows with their indexes on this 2-core machine
+    t0 = utcnow() + timedelta(seconds=LEAD_SECONDS + 4 + armed / 6000)
     expires = created + timedelta(days=29)
     # `due` spread over the window; the rest over the remainder of one interval, but for the few seconds after
     # the window that are measured too (TAIL_SECONDS), so that both phases claim exactly `due`
@@ -132,7 +141,10 @@ def seed(base: str, armed: int, due: int, window: float, interval: int) -> datet
         clone_monitors(DB_NAME, template, armed - due, t0 + timedelta(seconds=later), window * armed / due - later,
                        interval, expires, prefix="later")
     db.query("DELETE FROM monitors WHERE id = %s", (template,))
+    db.query("ANALYZE monitors")  # as autovacuum would soon after such a load: the claim's plan is the steady one
     db.close()
+    if utcnow() >= t0 - timedelta(seconds=LEAD_SECONDS):
+        raise BenchError(f"seeding {armed:,} monitors outlasted its lead; the window would have been missed")
     return t0
 
 
@@ -157,6 +169,14 @@ def measure(phase: Phase, scheduler_pid: int, db: Db, until: datetime, procs: Pr
     phase.wall = time.perf_counter() - wall0
     phase.seq_scans, phase.idx_scans, phase.rows_read, phase.blocks = (b - a for a, b in zip(work0, db.work()))
     phase.windows = [phase.per_minute(phase.total)]
+    phase.rss_mib = rss_mib(scheduler_pid)
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def run_phase(name: str, base: str, armed: int, due: int, window: float, interval: int, procs: Processes) -> Phase:
@@ -199,12 +219,12 @@ def ratio(a: float, b: float) -> float:
 def phase_table(phases, counted: str) -> list[str]:
     """One row a phase: its CPU and PostgreSQL work per minute; `counted` names what phase.claims counts."""
     lines = [f"| phase | armed | {counted} | wall s | scheduler CPU-s/min | PostgreSQL CPU-s/min | total CPU-s/min "
-             "| total CPU-s/min, each window | rows read/min | pages read/min | monitors seq scans/min "
-             "| index scans/min |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| total CPU-s/min, each window | scheduler RSS MiB | rows read/min | pages read/min | monitors seq scans/min "
+             "| index scans/min |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for p in phases:
         lines.append(f"| {p.name} | {p.armed:,} | {p.claims:,} | {p.wall:.1f} | {fmt(p.per_minute(p.scheduler_cpu))} | "
                      f"{fmt(p.per_minute(p.pg_cpu))} | {fmt(p.per_minute(p.total))} | "
-                     f"{', '.join(fmt(w) for w in p.windows)} | {p.per_minute(p.rows_read):,.0f} | "
+                     f"{', '.join(fmt(w) for w in p.windows)} | {p.rss_mib:.1f} | {p.per_minute(p.rows_read):,.0f} | "
                      f"{p.per_minute(p.blocks):,.0f} | {p.per_minute(p.seq_scans):.0f} | "
                      f"{p.per_minute(p.idx_scans):.0f} |")
     return lines
@@ -216,7 +236,7 @@ def report(args, header: list[str], vers: str, armed: Phase, small: Phase) -> tu
     planned = args.due * args.rounds
     same = armed.claims == small.claims == planned and not armed.claimed_early and not small.claimed_early
     lines = ["# Vigil scheduler: cost per minute with many armed monitors vs. few", "", *header, f"- {vers}",
-             f"- `vigil scheduler` (tick 1 s, batch 500), no worker; PostgreSQL database {DB_NAME}, Redis db 9; "
+             f"- `vigil scheduler` (tick 1 s, batch 500), no worker; PostgreSQL database {DB_NAME}, Redis {REDIS_URL}; "
              f"interval {args.interval:,} s; each phase measured over {args.rounds} windows of {args.window:g} s "
              f"(+ {TAIL_SECONDS:g} s each), in the order armed, baseline, baseline, armed, …",
              CPU_NOTE, "", *phase_table((armed, small), "claims")]

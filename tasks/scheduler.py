@@ -15,7 +15,7 @@ import threading
 import time
 from datetime import datetime, timedelta
 
-from models import connection, utcnow
+from models import connection
 from models.claims import claim_due
 from models.coalesce import flush_due
 from models.due import Due, due_times
