@@ -149,11 +149,11 @@ def store_fire(monitor: Monitor, claim_seq: int, fields: dict, event: tuple, sou
                 return Recorded(False)
             return Recorded(True, write_wake(monitor, source, key, text, extra))
     at = utcnow()
-    text, metadata = _composed(monitor, source, key, text, extra)
+    text, metadata = composed(monitor, source, key, text, extra)
     written = _claimed_fire(monitor, claim_seq, fields, event, (key, text, metadata, at), guard)
     if written is None:
         return Recorded(False)
-    return Recorded(True, _settled(monitor, written, text, metadata, at))
+    return Recorded(True, settled(monitor, written, text, metadata, at))
 
 
 def fire_time_watch(monitor: Monitor, claim_seq: int, fire_at: datetime, now: datetime,
@@ -312,19 +312,20 @@ def caps_params(monitor: Monitor, now: datetime, life: Lifecycle) -> tuple:
 #: PostgreSQL: fire_caps' two counts for each of several monitors at once (models/deliveries' rounds)
 _CAPS_OF_SQL = ("SELECT o.id, " + _CAPS_COLUMNS.format(p="%s", conversation="o.conversation_id", monitor="o.id",
                                                         keys="{keys}", kind=_source_type(postgres=True))
-                + " FROM monitors o WHERE o.id = ANY(%s)")
+                + "{also} FROM monitors o WHERE o.id = ANY(%s)")
 
 
-def counts_of(monitor_ids: list[str], now: datetime, life: Lifecycle,
-              daily: bool = True) -> dict[str, tuple[int, int]]:
+def counts_of(monitor_ids: list[str], now: datetime, life: Lifecycle, daily: bool = True,
+              also: str = "") -> dict[str, tuple]:
     """Each monitor's (conversation's fires in the last day, its wakes in the last hour), as fire_caps counts
     them (each stopping at its cap), in one statement. `daily` false: none of them has the daily cap, so no
-    fires are counted (0)."""
-    sql = _CAPS_OF_SQL.format(keys=_notice_keys())
+    fires are counted (0). `also`: more columns of the monitor `o` (no parameters), after the two counts."""
+    sql = _CAPS_OF_SQL.format(keys=_notice_keys(), also=f", {also}" if also else "")
+    name = f"vigil_caps_of_{hashlib.sha1(also.encode()).hexdigest()[:12]}" if also else "vigil_caps_of"
     day_limit = life.max_fires_per_conversation_day if daily else 0
-    rows = run_prepared("vigil_caps_of", sql, (now - timedelta(days=1), day_limit, now - timedelta(hours=1),
-                                               life.max_wakes_per_hour, monitor_ids))
-    return {monitor_id: (day, hour) for monitor_id, day, hour in rows.fetchall()}
+    rows = run_prepared(name, sql, (now - timedelta(days=1), day_limit, now - timedelta(hours=1),
+                                    life.max_wakes_per_hour, monitor_ids))
+    return {monitor_id: tuple(counts) for monitor_id, *counts in rows.fetchall()}
 
 
 def caps_reached(day: int, hour: int, life: Lifecycle, monitor: Monitor) -> tuple[bool, bool]:
@@ -449,11 +450,11 @@ def write_wake(monitor: Monitor, source: str, dedupe_key: str, text: str, extra:
     conversation coalesces: then the wake is held, and counts as a wake from now, but its message is written with
     the others of its window when the window closes (models/coalesce)."""
     now = utcnow()
-    text, metadata = _composed(monitor, source, dedupe_key, text, extra)
+    text, metadata = composed(monitor, source, dedupe_key, text, extra)
     if isinstance(database.obj, PostgresqlDatabase):  # one round trip: models/coalesce._WAKE_SQL
         written = write_new_wake(monitor.id, monitor.conversation_id, monitor.user_id, dedupe_key, text, metadata,
                                  now)
-        return _settled(monitor, written, text, metadata, now)
+        return settled(monitor, written, text, metadata, now)
     if _NEW_WAKE.rowcount(monitor.id, dedupe_key, now) != 1:
         return None
     wake_id = _WAKE_ID.scalar(monitor.id, dedupe_key)
@@ -465,7 +466,7 @@ def write_wake(monitor: Monitor, source: str, dedupe_key: str, text: str, extra:
     return deliver(monitor.conversation_id, monitor.user_id, text, metadata, [wake_id])
 
 
-def _composed(monitor: Monitor, source: str, dedupe_key: str, text: str, extra: dict) -> tuple[str, dict]:
+def composed(monitor: Monitor, source: str, dedupe_key: str, text: str, extra: dict) -> tuple[str, dict]:
     """The wake message's text (with the owner's note) and metadata."""
     metadata = {"wake": {"source": source, "ref_id": monitor.id, "dedupe_key": dedupe_key,
                          "description": monitor.description},
@@ -476,7 +477,7 @@ def _composed(monitor: Monitor, source: str, dedupe_key: str, text: str, extra: 
     return text, metadata
 
 
-def _settled(monitor: Monitor, written: Written, text: str, metadata: dict, now: datetime):
+def settled(monitor: Monitor, written: Written, text: str, metadata: dict, now: datetime):
     """The message a new wake wrote; a wake its conversation coalesces is held for its window instead (None)."""
     if written.wake_id is not None:
         _log_wake(monitor, written.wake_id, metadata["wake"]["source"])

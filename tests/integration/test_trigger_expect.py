@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from datetime import timedelta
 
 import pytest
+from peewee import fn
 
 from engine.expect import deadline, parse_expect
 from models import database, utcnow
+from models.coalesce import flush_due
 from models.expect import miss_due
-from models.tables import Delivery, Monitor, TriggerLink
+from models.push_tables import WakeEndpoint, WakePush
+from models.tables import Conversation, Delivery, HeldWake, Message, Monitor, MonitorRun, TriggerLink, Wake
 from tasks.scheduler import tick
 from tests.integration.helpers import db, login, monitor_row, tool, wakes
 from tests.integration.test_triggers import path_of
@@ -132,13 +136,87 @@ def test_two_schedulers_at_once_wake_each_missed_window_once(client, owner):
     assert all(row.wakes_used == 1 and row.expect_missed_count == 1 for row in rows)  # counted once, too
 
 
+def copies(monitor_id: str, count: int) -> list[str]:
+    """`count` copies of the monitor's row (same conversation, deadline and claim), inserted in one statement; the
+    template's id first."""
+    with db():
+        row = Monitor.get_by_id(monitor_id).__data__
+        ids = [uuid.uuid4().hex for _ in range(count)]
+        Monitor.insert_many([{**row, "id": new_id} for new_id in ids]).execute()
+    return [monitor_id, *ids]
+
+
+def test_a_burst_of_misses_in_batches_wakes_each_once_with_two_schedulers_racing(client, owner):
+    """300 deadlines passing together, written in batches by two schedulers at once (each batch one statement on
+    PostgreSQL): every monitor is told by one of them, has one wake, one message with its push, one event, and
+    counts one wake."""
+    ids = copies(expecting(client, owner[1], HOURLY)["monitor_id"], 299)
+    with db():
+        WakeEndpoint.create(user=owner[0].id, url="https://example.com/hook", secret_encrypted="-")
+    now = monitor_row(ids[0]).expect_due_at + timedelta(seconds=1)
+    start = threading.Barrier(2)
+    told: list[list] = [[], []]
+
+    def scheduler(slot: int) -> None:
+        with database.connection_context():
+            start.wait()
+            told[slot] = miss_due(now, batch=(40, 250)[slot])
+
+    threads = [threading.Thread(target=scheduler, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    told_ids = [m.id for m, _ in told[0] + told[1]]
+    assert sorted(told_ids) == sorted(ids)  # each told once, by one scheduler
+    assert all(message is not None for _, message in told[0] + told[1])
+    with db():
+        per_monitor = dict(Wake.select(Wake.monitor, fn.COUNT(Wake.id)).group_by(Wake.monitor).tuples())
+        assert per_monitor == {monitor_id: 1 for monitor_id in ids}
+        assert Wake.select().where(Wake.message.is_null()).count() == 0
+        assert Message.select().where(Message.role == "wake").count() == 300
+        assert WakePush.select().count() == 300
+        events = dict(MonitorRun.select(MonitorRun.monitor, fn.COUNT(MonitorRun.id))
+                      .where(MonitorRun.kind == "missed").group_by(MonitorRun.monitor).tuples())
+        assert events == {monitor_id: 1 for monitor_id in ids}
+        rows = list(Monitor.select().where(Monitor.id.in_(ids)))
+    assert all(r.wakes_used == 1 and r.expect_missed_count == 1 and r.expect_due_at > now for r in rows)
+    assert len({r.claim_seq for r in rows}) == 1  # each claimed once
+    with db():
+        assert miss_due(now + timedelta(seconds=1)) == []  # nothing left, nothing twice
+
+
+def test_a_batch_of_misses_in_a_coalescing_conversation_is_held_then_told_as_one(client, owner):
+    ids = copies(expecting(client, owner[1], HOURLY)["monitor_id"], 4)
+    now = monitor_row(ids[0]).expect_due_at + timedelta(seconds=1)
+    with db():
+        Conversation.update(coalesce_seconds=60).execute()
+        told = miss_due(now)
+        assert sorted(m.id for m, _ in told) == sorted(ids) and all(message is None for _, message in told)
+        assert HeldWake.select().count() == 5 and Wake.select().where(Wake.message.is_null(False)).count() == 0
+        [window] = flush_due(utcnow() + timedelta(seconds=61))
+    assert window.message.content.count("had no delivery by") == 5
+
+
+def test_a_miss_past_the_hourly_cap_pauses_its_monitor_and_the_others_of_its_batch_wake(client, owner):
+    ids = copies(expecting(client, owner[1], HOURLY)["monitor_id"], 2)
+    now = monitor_row(ids[0]).expect_due_at + timedelta(seconds=1)
+    with db():
+        for n in range(10):
+            Wake.create(monitor=ids[0], dedupe_key=f"earlier:{n}", created_at=now - timedelta(minutes=10))
+        told = miss_due(now)
+    assert sorted(m.id for m, _ in told) == sorted(ids)
+    assert monitor_row(ids[0]).status == "paused" and sources(ids[0]) == ["monitor_paused"]
+    assert all(sources(monitor_id) == ["trigger_missed"] for monitor_id in ids[1:])
+
+
 def test_a_burst_of_misses_is_told_a_part_per_tick_and_the_rest_at_once_after(client, owner):
-    """A tick's time for misses ran out (here at once): one is told, the scheduler is told more are left, and the
-    next pass tells the rest; none twice."""
+    """A tick's time for misses ran out (here at once): one batch (here of one) is told, the scheduler is told
+    more are left, and the next pass tells the rest; none twice."""
     ids = [expecting(client, owner[1], HOURLY)["monitor_id"] for _ in range(3)]
     now = monitor_row(ids[-1]).created_at + timedelta(minutes=71)
     with db():
-        first = miss_due(now, until=time.monotonic())
+        first = miss_due(now, until=time.monotonic(), batch=1)
         assert len(first) == 1 and first.more is True
         rest = miss_due(now)
     assert rest.more is False and sorted(m.id for m, _ in first + rest) == sorted(ids)
