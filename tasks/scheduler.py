@@ -34,7 +34,7 @@ from tasks.broker import UNAVAILABLE
 from tasks.checks import send_claims
 from tasks.deliveries import process_delivery
 from tasks.commands import check_command_result
-from tasks.events import publish_coalesced, publish_device, publish_monitor
+from tasks.events import MonitorEvents, publish_coalesced, publish_device, publish_monitor
 from tasks.pushes import sweep_pushes
 from tasks.runtime import current
 from adapters.logs import first_line
@@ -81,11 +81,15 @@ misses_left = False
 
 
 def _tell_missed(now: datetime) -> None:
-    """Trigger links whose deliveries stopped coming: their wakes, within MISSES_SECONDS of the tick."""
+    """Trigger links whose deliveries stopped coming: their wakes, within MISSES_SECONDS of the tick, published in
+    one round trip. Each was active before (a miss is written only on an active row; a back notice leaves the
+    status as it was), so the conversation's watching mark is read only for a monitor a miss ended or paused."""
     global misses_left
     told = miss_due(now, current().lifecycle, until=time.monotonic() + MISSES_SECONDS)
+    batch = MonitorEvents()
     for monitor, message in told:
-        publish_monitor(monitor, message)
+        batch.add(monitor, message, status_before=ACTIVE)
+    batch.publish()
     misses_left = told.more
 
 

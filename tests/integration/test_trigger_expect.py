@@ -283,3 +283,33 @@ def test_bad_expect_is_one_sentence_and_nothing_is_created(client, owner, expect
     assert body["ok"] is False and fix in body["error"], body
     with db():
         assert Monitor.select().count() == 0 and TriggerLink.select().count() == 0
+
+
+def test_the_owners_pages_hear_each_miss_of_a_tick_and_the_watching_mark_only_when_one_ends(client, owner):
+    """A tick's misses are published together: monitor.updated and message.created for each, conversation.updated
+    only after the miss that ended its monitor."""
+    import hashlib
+
+    import redis
+
+    from adapters.events import decoded
+    from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
+
+    ids = [expecting(client, owner[1], HOURLY)["monitor_id"] for _ in range(2)]
+    last = expecting(client, owner[1], HOURLY, max_wakes=1)["monitor_id"]
+    listener = redis.Redis.from_url(TEST_REDIS_URL).pubsub(ignore_subscribe_messages=True)
+    listener.psubscribe(f"vigil:{hashlib.sha256(TEST_DATABASE_URL.encode()).hexdigest()[:12]}:*")
+    listener.get_message(timeout=1)  # the subscription's confirmation
+    tick_at(monitor_row(last).expect_due_at)
+    seen = []
+    while (message := listener.get_message(timeout=0.5)) is not None:
+        seen.extend(decoded(message["data"]))
+    listener.close()
+    per_monitor: dict[str, list[str]] = {}
+    current = None
+    for name, data in seen:
+        current = data["monitor_id"] if name == "monitor.updated" else current
+        per_monitor.setdefault(current, []).append(name)
+    assert per_monitor == {**{monitor_id: ["monitor.updated", "message.created"] for monitor_id in ids},
+                           last: ["monitor.updated", "conversation.updated", "message.created"]}
+    assert [data["watching"] for name, data in seen if name == "conversation.updated"] == [True]  # two still are
