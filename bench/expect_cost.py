@@ -5,9 +5,10 @@ and how fast and how exactly it wakes when many links go silent at once.
     .venv/bin/python bench/expect_cost.py [--armed 10000] [--window 60] [--rounds 2] [--burst 1000]
 
 Every phase runs on a freshly migrated vigil_bench_sched (schema dropped, Redis db 9 flushed: scheduler_cost's
-database, whose parts this reuses) with a real `vigil scheduler` (production settings: tick 1 s, batch 500) and
-no worker. The monitors are webhook monitors: one made by the tool's monitor_create (its link too), the rest
-copies of its row and of its link's row in one INSERT … SELECT each, owned by accounts of 50 in conversations of 10.
+database, whose parts this reuses; VIGIL_BENCH_SCHED_DB and VIGIL_BENCH_SCHED_REDIS name others) with a real
+`vigil scheduler` (production settings: tick 1 s, batch 500) and no worker. The monitors are webhook monitors: one
+made by the tool's monitor_create (its link too), the rest copies of its row and of its link's row in one
+INSERT … SELECT each, owned by accounts of 50 in conversations of 10.
 
 - idle: `--armed` monitors whose expect deadlines are all ahead (spread over the day after the window), against
   the same monitors made without an expect, in the order expect, baseline, baseline, expect, … (`--rounds`
@@ -274,8 +275,8 @@ def report(args, header: list[str], vers: str, expect: Phase, plain: Phase, burs
     rows_ratio = ratio(expect.per_minute(expect.rows_read), plain.per_minute(plain.rows_read))
     quiet = expect.claims == plain.claims == 0
     lines = ["# Vigil scheduler: expected deliveries, idle and in a burst of misses", "", *header, f"- {vers}",
-             f"- `vigil scheduler` (tick 1 s, batch 500), no worker; PostgreSQL database {DB_NAME}, Redis db 9; "
-             f"webhook monitors with `expect` {EXPECT} (grace 1 h) or without",
+             f"- `vigil scheduler` (tick 1 s, batch 500), no worker; PostgreSQL database {DB_NAME}, "
+             f"Redis {REDIS_URL}; webhook monitors with `expect` {EXPECT} (grace 1 h) or without",
              f"- idle: {args.armed:,} armed, deadlines all ahead; {args.rounds} windows of {args.window:g} s "
              f"(+ {TAIL_SECONDS:g} s) a phase, in the order expect, baseline, baseline, expect, …", CPU_NOTE, "",
              *phase_table((expect, plain), "wakes"), "",
