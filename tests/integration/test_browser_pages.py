@@ -36,6 +36,8 @@ LATE_MARK = """<html><body><p id='price'>loading</p><script>
 setTimeout(() => { const p = document.getElementById('price'); p.textContent = 'Price: $PRICE';
                    p.classList.add('loaded'); }, 1500);
 </script></body></html>"""
+#: the price comes at 2 s, well after the network is idle, with no wait_for: the read waits for the selector
+LATER_PRICE = LATE_PRICE.replace("}, 500);", "}, 2000);")
 #: a page whose image never answers: the network never goes idle
 NEVER_SETTLES = "<html><body><p id='price'>Price: 1</p><img src='/slow.png'></body></html>"
 
@@ -138,6 +140,18 @@ def test_wait_for_reads_the_page_once_the_selector_shows(client, owner, site):
                                                  "render": "browser", "wait_for": "#price.loaded"})
     assert body["ok"], body
     assert "95.10" in body["result"]["baseline"]
+
+
+def test_a_selector_that_shows_after_the_network_settles_is_waited_for(client, owner, site):
+    """The page is read once it settles; a selector that matches nothing yet is waited for (up to 5 s), then the
+    page is read again; one that never shows is a selector that matches nothing."""
+    url = site.set("/later", LATER_PRICE.replace("$PRICE", "95.10"))
+    body = create(client, owner[1], url)
+    assert body["ok"], body
+    assert "95.10" in body["result"]["baseline"]
+    url = site.set("/never", LATER_PRICE.replace("$PRICE", "95.10").replace("'price'", "'cost'"))
+    body = create(client, owner[1], url)
+    assert not body["ok"] and "matches nothing" in str(body), body
 
 
 def test_a_page_that_never_settles_is_an_unreachable_check(client, owner, site, run_due_checks):
