@@ -102,12 +102,13 @@ def wait_listening(port: int, procs: Processes, timeout: float = 30) -> None:
     raise BenchError(f"nothing listened on port {port} within {timeout}s")
 
 
-def _stat(pid: int) -> tuple[int, int]:
-    """(parent pid, utime + stime in clock ticks) of one process, all its threads included."""
+def _stat(pid: int, reaped: bool = False) -> tuple[int, int]:
+    """(parent pid, utime + stime in clock ticks) of one process, all its threads included; with `reaped`, also
+    the children it has waited for (cutime + cstime)."""
     with open(f"/proc/{pid}/stat") as fh:
         data = fh.read()
     fields = data[data.rindex(")") + 2:].split()
-    return int(fields[1]), int(fields[11]) + int(fields[12])
+    return int(fields[1]), int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if reaped else 0)
 
 
 def threads_cpu(pids) -> dict[tuple[int, int], int]:
@@ -138,13 +139,15 @@ def cpu_since(before: dict[tuple[int, int], int], pids) -> float:
     return sum(ns - before.get(key, 0) for key, ns in after.items()) / 1e9
 
 
-def tree_cpu(root: int) -> float:
-    """CPU seconds of `root` and every live descendant (dramatiq's CLI forks its workers)."""
+def tree_cpu(root: int, reaped: bool = False) -> float:
+    """CPU seconds of `root` and every live descendant (dramatiq's CLI forks its workers); with `reaped`, also of
+    the descendants that ended and were waited for by one of them (Chromium's renderers, one or more per page, end
+    when their page closes: without it, most of a rendered check's CPU is left out)."""
     stats, children = {}, defaultdict(list)
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             with contextlib.suppress(OSError, ValueError, IndexError):
-                stats[int(entry)] = _stat(int(entry))
+                stats[int(entry)] = _stat(int(entry), reaped)
     for pid, (ppid, _) in stats.items():
         children[ppid].append(pid)
     total, todo = 0, [root]
