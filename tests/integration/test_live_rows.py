@@ -6,6 +6,7 @@ none of them."""
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import threading
 
@@ -63,6 +64,15 @@ class Stream:
         return "\n".join(f"{name} {data}" for name, data in self.events)
 
     def close(self) -> None:
+        """Shut the socket down first: the reading thread is blocked in recv, and closing the response under it
+        waits until the server's next keepalive comment (15 s) before it returns."""
+        connection = getattr(self.response.raw, "_connection", None)
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
         self.response.close()
 
 
