@@ -11,6 +11,7 @@ import os
 import shutil
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -187,6 +188,32 @@ def test_browser_proxy_bounds_its_connections(listener):
             threading.Event().wait(0.01)
         assert proxied(proxy, f"http://127.0.0.1:{listener.port}/after").status_code == 200
     assert listener.hits == ["/after"]
+
+
+def test_browser_proxy_keeps_a_tunnel_that_moves_one_way():
+    """A slow download (a chunk every 0.2 s, for twice idle_seconds, the browser sending nothing meanwhile) is not
+    idle: it arrives whole; once nothing moves either way, the tunnel is closed."""
+    origin, done = socket.create_server(("127.0.0.1", 0)), threading.Event()
+
+    def trickle() -> None:
+        conn, _ = origin.accept()
+        for _ in range(6):
+            conn.sendall(b"x" * 100)
+            time.sleep(0.2)
+        done.wait(30)  # then silent, and open: only the proxy can end the tunnel (recv times out otherwise)
+        conn.close()
+    threading.Thread(target=trickle, daemon=True).start()
+    with start_guarded_proxy(Settings(FETCH_ALLOW_LOOPBACK=True), idle_seconds=0.5) as proxy:
+        tunnel = socket.create_connection(("127.0.0.1", proxy.port), timeout=10)
+        tunnel.sendall(f"CONNECT 127.0.0.1:{origin.getsockname()[1]} HTTP/1.1\r\n\r\n".encode())
+        assert _read_head(tunnel).startswith(b"HTTP/1.1 200")
+        received = b""
+        while chunk := tunnel.recv(4096):
+            received += chunk
+        assert received == b"x" * 600
+        tunnel.close()
+    done.set()
+    origin.close()
 
 
 # --- the real Chromium, told to use the proxy ------------------------------------------------------------------
