@@ -61,6 +61,12 @@ def install_lanes(api_threads: int, public_threads: int) -> None:
         old.shutdown(wait=False)
 
 
+def lane_pool(lane: str) -> Executor:
+    """The threads of `lane`, for work handed to them outside Litestar (app/runner_records.py)."""
+    assert _executor is not None, "install_lanes first"
+    return _executor._pools[lane]
+
+
 def lanes_middleware(app):
     """ASGI middleware: pick the request's lane from its path before any handler runs."""
     async def choose_lane(scope, receive, send) -> None:

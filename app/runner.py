@@ -70,8 +70,11 @@ class RunnerController(Controller):
 
     @post("/runs/{run_id:str}/records", status_code=200)
     async def records(self, request: Request, run_id: FromPath[str], data: JSONBody[Any]) -> Response:
-        records = _checked_records(data)
-        return await sync_to_thread(_store_records, request, run_id, records)
+        """Served by app/runner_records.py in `vigil web` and `vigil serve` (below Litestar, for its cost on a busy
+        stream's every batch); this route is what the in-process test client and the OpenAPI document see."""
+        records = checked_records(data)
+        body, status = await sync_to_thread(store_records_answer, bearer_token(request), run_id, records)
+        return _answer(body, status)
 
     @post("/runs/{run_id:str}/result", status_code=200)
     async def result(self, request: Request, run_id: FromPath[str], data: JSONBody[Any]) -> Response:
@@ -90,7 +93,11 @@ def _pair(code: str, fields: dict) -> Response:
 
 
 def _device(request: Request, whole: bool = True):
-    device = device_for_token(bearer_token(request), whole)
+    return _device_of(bearer_token(request), whole)
+
+
+def _device_of(token: str | None, whole: bool = True):
+    device = device_for_token(token, whole)
     if device is None:
         raise NotAuthorizedException(UNPAIRED)
     return device
@@ -141,18 +148,22 @@ async def _wait_for_work(device_id: int, user_id: int, hold: float) -> dict:
     return work
 
 
-def _checked_records(data: Any) -> list[dict]:
+def checked_records(data: Any, body_bytes: int | None = None) -> list[dict]:
+    """The records of a POST's body, each checked; ValidationException (400, or RecordTooLarge 413) says what to
+    fix. `body_bytes`, the body's length when known: a body at most half MAX_RECORD_BYTES can't hold a record over
+    it (written out again, a record grows by at most a space after each `,` and `:`), so none is measured."""
     if not isinstance(data, dict) or not isinstance(data.get("records"), list) or not data["records"]:
         raise ValidationException("Send {\"records\": [{\"seq\", \"kind\", …}, …]}.")
     if len(data["records"]) > MAX_RECORDS_PER_POST:
         raise ValidationException(f"At most {MAX_RECORDS_PER_POST} records a request.")
-    return [_checked_record(record) for record in data["records"]]
+    measure = body_bytes is None or 2 * body_bytes > MAX_RECORD_BYTES
+    return [_checked_record(record, measure) for record in data["records"]]
 
 
-def _checked_record(record: Any) -> dict:
+def _checked_record(record: Any, measure: bool = True) -> dict:
     if not isinstance(record, dict):
         raise ValidationException("Each record is an object with seq and kind.")
-    if len(json.dumps(record, ensure_ascii=False).encode()) > MAX_RECORD_BYTES:
+    if measure and len(json.dumps(record, ensure_ascii=False).encode()) > MAX_RECORD_BYTES:
         raise RecordTooLarge()
     seq, kind = record.get("seq"), record.get("kind")
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1 or kind not in RECORD_KINDS:
@@ -197,23 +208,24 @@ class RecordTooLarge(ValidationException):
                          f"{MAX_RECORD_BYTES} bytes and counts the rest in more.")
 
 
-def _store_records(request: Request, run_id: str, records: list[dict]) -> Response:
-    """Numbered records are stored once whatever is sent again, so a unit of work that met SQLite's write lock
-    simply runs again here: the runner never sees a 503 for it."""
-    return retry_locked(_store_records_once, request, run_id, records)
+def store_records_answer(token: str | None, run_id: str, records: list[dict]) -> tuple[dict, int]:
+    """The answer's body and status for checked records of `run_id` sent with `token` (NotAuthorizedException
+    for a token of no live device). Numbered records are stored once whatever is sent again, so a unit of work
+    that met SQLite's write lock simply runs again here: the runner never sees a 503 for it. Call in a thread."""
+    return retry_locked(_store_records_once, token, run_id, records)
 
 
-def _store_records_once(request: Request, run_id: str, records: list[dict]) -> Response:
+def _store_records_once(token: str | None, run_id: str, records: list[dict]) -> tuple[dict, int]:
     runtime = current()
     with connection():
-        found = runner_of_run(bearer_token(request), run_id)  # one statement on a busy stream's every batch
-        device, check = found if found is not None else (_device(request, whole=False), None)
+        found = runner_of_run(token, run_id)  # one statement on a busy stream's every batch
+        device, check = found if found is not None else (_device_of(token, whole=False), None)
         try:
             stored = store_records(device, run_id, records, utcnow(), runtime.lifecycle, check)
         except RecordRefused as exc:
-            return _answer({"detail": str(exc)}, exc.status)
+            return {"detail": str(exc)}, exc.status
         _publish_records(stored, device)
-    return _answer({"acked": stored.acked})
+    return {"acked": stored.acked}, 200
 
 
 def _publish_records(stored, device) -> None:

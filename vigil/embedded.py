@@ -19,13 +19,16 @@ def run_web(settings: Settings, host: str, port: int, greet: bool = True) -> int
     """The web tier; `greet` prints how to create the first account while there is none (serve has already)."""
     from app import create_app
     from app.first_run import first_run_lines
+    from app.runner_records import records_route
 
     from adapters.webserver import guarded_protocol
 
     if greet and (lines := first_run_lines(settings.SECRET_KEY, f"http://{host}:{port}")):
         print("\n".join(lines), flush=True)
 
-    config = uvicorn.Config(create_app(settings), host=host, port=port, timeout_graceful_shutdown=2,
+    # a runner's records POST is answered below Litestar: a busy stream sends one every 200 ms (issue 27)
+    app = records_route(create_app(settings), settings.API_MAX_BODY_BYTES)
+    config = uvicorn.Config(app, host=host, port=port, timeout_graceful_shutdown=2,
                             log_level=settings.LOG_LEVEL.lower(), proxy_headers=False,
                             http=guarded_protocol(settings.WEB_HEADER_TIMEOUT_SECONDS))
     mask_tokens()
