@@ -253,6 +253,7 @@ class RenderSession:
             options["proxy"] = {"server": proxy_url}
         self._context = context = await browser.new_context(**options)
         context.set_default_timeout(self._timeout * 1000)
+        await context.add_init_script(_NO_POPUPS)
         guard = _Guard(config, guarded_by_proxy=bool(proxy_url))
         # behind the guarded proxy only fonts and media need refusing: by their names, so other requests never
         # wait on this process (each routed request is a round trip to it); without the proxy, every request
@@ -375,6 +376,21 @@ async def _racing(crashed: asyncio.Future, work):
 
 class _Crashed(Exception):
     pass
+
+
+#: run before any script of the page's own: window.open gets no window, and a click on a link that would open
+#: another window or start a download is cancelled, so neither is fetched. What gets past this (a page that sets
+#: location to a file served as an attachment) is no download either: the context accepts none, and a new page
+#: is closed as it opens (_close_popup); its request went through the guarded proxy like any other.
+_NO_POPUPS = """
+window.open = () => null;
+addEventListener('click', (event) => {
+  const link = event.target instanceof Element ? event.target.closest('a[href], area[href]') : null;
+  if (link && (link.hasAttribute('download') || (link.target && link.target.toLowerCase() !== '_self'))) {
+    event.preventDefault();
+  }
+}, true);
+"""
 
 
 async def _close_popup(page) -> None:

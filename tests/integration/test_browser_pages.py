@@ -43,26 +43,33 @@ NEVER_SETTLES = "<html><body><p id='price'>Price: 1</p><img src='/slow.png'></bo
 
 
 class Site:
-    """Pages on 127.0.0.1 a test sets and changes; /slow.png holds its request open until the site stops."""
+    """Pages on 127.0.0.1 a test sets and changes, and other files; /slow.png holds its request open until the
+    site stops. `asked` counts the requests of each path."""
 
     def __init__(self) -> None:
         site = self
         self.pages: dict[str, str] = {}
+        self.files: dict[str, tuple[bytes, str]] = {}
+        self.asked: dict[str, int] = {}
         self.stopping = threading.Event()
         #: set once /slow.png was asked for: the page's document is loaded in its renderer
         self.slow_asked = threading.Event()
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
+                site.asked[self.path] = site.asked.get(self.path, 0) + 1
                 if self.path == "/slow.png":
                     site.slow_asked.set()
                     site.stopping.wait(60)
                     return
-                body = site.pages.get(self.path)
-                self.send_response(200 if body is not None else 404)
-                self.send_header("Content-Type", "text/html; charset=utf-8")
+                page = site.pages.get(self.path)
+                found = page is not None or self.path in site.files
+                body, kind = site.files.get(self.path) or ((page or "not found").encode(), "text/html; charset=utf-8")
+                self.send_response(200 if found else 404)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                self.wfile.write((body or "not found").encode())
+                self.wfile.write(body)
 
             def log_message(self, *args) -> None:
                 pass
@@ -74,6 +81,10 @@ class Site:
     def set(self, path: str, body: str) -> str:
         self.pages[path] = body
         return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+
+    def put(self, path: str, body: bytes, kind: str) -> None:
+        """A file other than a page (an image, a script)."""
+        self.files[path] = (body, kind)
 
     def stop(self) -> None:
         self.stopping.set()
