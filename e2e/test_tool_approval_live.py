@@ -17,6 +17,7 @@ import pytest
 import requests
 from playwright.sync_api import Page, expect
 
+from adapters.wakeup import make_alarm
 from e2e.api import api_monitor, wake_messages
 from e2e.browser import LIVE, assert_not_reloaded, mark_event_stream_open, open_conversation, watch_for_reloads
 from models.db import utcnow
@@ -69,14 +70,20 @@ def next_check_at(monitor_id: str):
         return cur.fetchone()[0]
 
 
-def make_due_now(monitor_id: str) -> None:
+def make_due_now(stack, monitor_id: str) -> None:
     """The test standing in for the clock: a tool watch polls every 5+ minutes (seed 001), longer than a test may
     wait, so its next due time is moved to now in the e2e database, as if the interval had passed. The scheduler
-    and worker then claim and run it exactly as they would at that time."""
+    and worker then claim and run it exactly as they would at that time. A write outside Vigil's own code does not
+    wake the sleeping scheduler, so the test rings it as Vigil's writes do (adapters/wakeup.py, through Redis)."""
+    due = utcnow() - timedelta(seconds=1)
     with closing(psycopg2.connect(E2E_DATABASE_URL, connect_timeout=5)) as conn, conn, conn.cursor() as cur:
-        cur.execute("UPDATE monitors SET next_check_at = %s WHERE id = %s AND status = 'active'",
-                    (utcnow() - timedelta(seconds=1), monitor_id))
+        cur.execute("UPDATE monitors SET next_check_at = %s WHERE id = %s AND status = 'active'", (due, monitor_id))
         assert cur.rowcount == 1, "the monitor was not active when its next poll was made due"
+    alarm = make_alarm(stack.env["REDIS_URL"], stack.env["DATABASE_URL"])
+    try:
+        alarm.ring(due)
+    finally:
+        alarm.close()
 
 
 def assert_no_secret(page: Page) -> None:
@@ -143,7 +150,7 @@ def test_tool_call_approved_on_conversation_page_arms_it_and_first_fire_arrives_
 
         # The parcel arrives; its next poll (made due now: see make_due_now) reads the condition true.
         pages.set_json(PARCEL, json.dumps({"reached": True, "where": "front door"}))
-        make_due_now(monitor_id)
+        make_due_now(stack, monitor_id)
         wake = messages.locator("li.message.wake")
         expect(wake).to_have_count(1, timeout=LIVE)
         assert pages.hits[PARCEL] == 2, pages.hits
