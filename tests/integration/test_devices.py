@@ -213,14 +213,16 @@ def test_revoke_unpairs_the_runner_and_pauses_its_monitors(owner, stack, tmp_pat
     created = owner.tool("monitor_create", {"description": "a watcher", "source": {
         "type": "command", "device": "old-laptop", "mode": "stream", "command": "sleep 300"}})
     monitor_id = created["result"]["monitor_id"]
-    wait(lambda: processes_with("sleep 300"), "the watcher never ran")
+    # the shell and its sleep, in the group of their own the runner started them in
+    [watcher_group] = {group for _, group in wait(lambda: processes_with("sleep 300"), "the watcher never ran")}
     answer = owner.session.post(f"{stack['base']}/api/devices/{device_id}/revoke", headers={"X-CSRF-Token": owner.csrf},
                                 timeout=10)
     assert answer.status_code == 200
     runner = owner.runners[-1]
     assert runner.wait(30) == 3
     assert "unpaired" in state.with_suffix(".log").read_text()
-    wait(lambda: not processes_with("sleep 300"), "the runner left its watcher running after it was unpaired")
+    wait(lambda: group_gone(watcher_group), "the runner left its watcher running after it was unpaired: "
+                                            f"{processes_with('sleep 300')}, group {watcher_group}")
     with db():
         assert Monitor.get_by_id(monitor_id).status == "paused"
     assert any("revoked" in m["content"] for m in owner.wakes())
