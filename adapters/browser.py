@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from engine.addresses import Own, literal_reason, resolve_guarded
+from engine.addresses import Own, resolve_guarded
 from engine.errors import BlockedURL, FetchError
 
 log = logging.getLogger(__name__)
@@ -246,15 +246,19 @@ class RenderSession:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout
         browser = await self._browser.connected()
+        proxy_url = self._browser.proxy_url
+        guard = _Guard(config, guarded_by_proxy=bool(proxy_url))
+        # the page's own address, refused in the guard's words: behind the proxy it would read as the page's 403
+        refused = await guard.refused(url)
+        if refused is not None:
+            raise refused
         options = {"service_workers": "block", "accept_downloads": False, "viewport": VIEWPORT,
                    "java_script_enabled": True, "ignore_https_errors": False}
-        proxy_url = self._browser.proxy_url
         if proxy_url:  # Playwright adds "<-loopback>" itself, so loopback requests go through the proxy too
             options["proxy"] = {"server": proxy_url}
         self._context = context = await browser.new_context(**options)
         context.set_default_timeout(self._timeout * 1000)
         await context.add_init_script(_NO_POPUPS)
-        guard = _Guard(config, guarded_by_proxy=bool(proxy_url))
         # behind the guarded proxy only fonts and media need refusing: by their names, so other requests never
         # wait on this process (each routed request is a round trip to it); without the proxy, every request
         await context.route(REFUSED_NAMES if proxy_url else "**/*", guard.handle)
@@ -332,34 +336,34 @@ class _Guard:
     def __init__(self, config: BrowserConfig, guarded_by_proxy: bool):
         self._config = config
         self._by_proxy = guarded_by_proxy
-        self._allowed: dict[tuple[str, int], str | None] = {}
+        self._allowed: dict[tuple[str, int], FetchError | None] = {}
 
     async def handle(self, route) -> None:
         request = route.request
         if request.resource_type in REFUSED_TYPES or self._by_proxy:
             await route.abort("blockedbyclient")
             return
-        if not self._by_proxy and await self._refusal(request.url):
+        if not self._by_proxy and await self.refused(request.url):
             await route.abort("addressunreachable")
             return
         await route.continue_()
 
-    async def _refusal(self, url: str) -> str | None:
+    async def refused(self, url: str) -> FetchError | None:
+        """Why `url` may not be fetched, as the SSRF guard words it (BlockedURL; a name that does not resolve is
+        unreachable), or None; remembered per host and port."""
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
-            return None if parts.scheme in ("data", "blob") else f"the scheme {parts.scheme}"
+            return None if parts.scheme in ("data", "blob") else BlockedURL(f"The scheme {parts.scheme} is refused.")
         host = parts.hostname or ""
         port = parts.port or (443 if parts.scheme == "https" else 80)
         key = (host, port)
         if key not in self._allowed:
-            config = self._config
-            reason = literal_reason(url, config.allow_loopback)
-            if reason is None:
-                try:
-                    await asyncio.get_running_loop().run_in_executor(
-                        None, resolve_guarded, host, port, config.allow_loopback, config.own)
-                except FetchError as exc:  # BlockedURL, or a name that does not resolve
-                    reason = exc.message
+            config, reason = self._config, None
+            try:
+                await asyncio.get_running_loop().run_in_executor(
+                    None, resolve_guarded, host, port, config.allow_loopback, config.own)
+            except FetchError as exc:
+                reason = exc
             self._allowed[key] = reason
         return self._allowed[key]
 

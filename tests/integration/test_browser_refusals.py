@@ -74,3 +74,21 @@ def test_a_rendered_page_is_refused_popups_downloads_workers_permissions_fonts_a
     # fonts and media are refused by name before they are fetched; the image is fetched (the screenshot shows it)
     assert not {"/font.woff2", "/jingle.mp3", "/ad.mp4"} & set(site.asked), site.asked
     assert site.asked.get("/price.png") == 1 and site.asked["/shop"] == 1, site.asked
+
+
+def test_a_page_at_a_refused_address_is_refused_in_the_guards_words(site):
+    """Behind the guarded proxy, the proxy's 403 for a loopback page read as "The page answered 403"; the render
+    refuses the page's own address first, with the sentence a server-read page gets."""
+    from adapters.browser import Browser, BrowserConfig
+    from adapters.egress_proxy import start_guarded_proxy
+    from adapters.settings import Settings
+    from engine.errors import BlockedURL
+
+    browser = Browser(BrowserConfig(executable=CHROMIUM, timeout=15), lambda: start_guarded_proxy(Settings()))
+    try:
+        with browser.session() as session, pytest.raises(BlockedURL) as refused:
+            session.render(site.set("/shop", GREEDY), "#result", None)
+    finally:
+        browser.close()
+    assert "127.0.0.1, a loopback address" in str(refused.value), refused.value
+    assert site.asked == {}, "the page was fetched"
