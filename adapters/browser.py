@@ -45,8 +45,10 @@ SELECTOR_GRACE_SECONDS = 5.0
 CRASH_GRACE_SECONDS = 0.5
 #: JPEG qualities a screenshot is tried at, best first, until one fits the size cap
 SCREENSHOT_QUALITIES = (70, 45, 25)
-#: an element larger than this (CSS px, either side) is pictured as the viewport instead
+#: the largest side of an element's picture (CSS px): a larger element is pictured in part, around its centre
 SCREENSHOT_MAX_SIDE = 2400
+#: the page shown around a selected element's text, px, and the least a picture of it shows (width, height)
+SCREENSHOT_PAD, SCREENSHOT_MIN = 16, (320, 96)
 
 #: the text of the outermost matches of a selector (the body without one), cut at a number of characters
 _READ_TEXT = """([selector, limit]) => {
@@ -315,18 +317,36 @@ class RenderSession:
 
     async def _screenshot(self) -> bytes | None:
         page, cap = self._page, self._browser.config.screenshot_max_bytes
-        target = page.locator(self._selector).first if self._selector else None
-        if target is not None:
-            box = await target.bounding_box()
-            sides = (box["width"], box["height"]) if box else (0, 0)
-            if min(sides) < 1 or max(sides) > SCREENSHOT_MAX_SIDE:
-                target = None
+        clip = await page.evaluate(_AROUND_TEXT, [self._selector, SCREENSHOT_PAD, SCREENSHOT_MIN, SCREENSHOT_MAX_SIDE]) \
+            if self._selector else None
         for quality in SCREENSHOT_QUALITIES:
-            shoot = target.screenshot if target is not None else page.screenshot
-            picture = await shoot(type="jpeg", quality=quality, timeout=10_000, animations="disabled")
+            options = {"clip": clip, "full_page": True} if clip else {}
+            picture = await page.screenshot(type="jpeg", quality=quality, timeout=10_000, animations="disabled",
+                                            **options)
             if len(picture) <= cap:
                 return picture
         return None
+
+
+#: the picture of a selected element: its text's own box (a block element is as wide as the page, its text often a
+#: few words at its left), with some of the page around it, at least SCREENSHOT_MIN, centred on it and kept
+#: within the page; null when nothing matches or it shows nothing (then the viewport is pictured)
+_AROUND_TEXT = """([selector, pad, [minWidth, minHeight], maxSide]) => {
+  const element = document.querySelector(selector);
+  if (!element) return null;
+  const range = document.createRange();
+  range.selectNodeContents(element);
+  let box = range.getBoundingClientRect();
+  if (!box.width || !box.height) box = element.getBoundingClientRect();
+  if (!box.width || !box.height) return null;
+  const pageWidth = document.documentElement.scrollWidth, pageHeight = document.documentElement.scrollHeight;
+  const width = Math.min(Math.max(box.width + 2 * pad, minWidth), maxSide, pageWidth);
+  const height = Math.min(Math.max(box.height + 2 * pad, minHeight), maxSide, pageHeight);
+  const left = box.left + window.scrollX + box.width / 2 - width / 2;
+  const top = box.top + window.scrollY + box.height / 2 - height / 2;
+  return {x: Math.max(0, Math.min(left, pageWidth - width)), y: Math.max(0, Math.min(top, pageHeight - height)),
+          width, height};
+}"""
 
 
 class _Guard:

@@ -292,6 +292,28 @@ def test_screenshots_on_baseline_and_fire_are_the_owners_alone(client, owner, st
     assert f"/monitors/{monitor_id}/screenshots/{shots[1][0]}" in page
 
 
+def jpeg_size(image: bytes) -> tuple[int, int]:
+    """(width, height) from a JPEG's frame header."""
+    at = 2
+    while at < len(image):
+        marker, length = image[at + 1], int.from_bytes(image[at + 2:at + 4], "big")
+        if 0xC0 <= marker <= 0xC3:
+            return int.from_bytes(image[at + 7:at + 9], "big"), int.from_bytes(image[at + 5:at + 7], "big")
+        at += 2 + length
+    raise AssertionError("no frame header in the JPEG")
+
+
+def test_the_picture_of_a_price_shows_its_text_with_the_page_around_it(client, owner, site):
+    """The price is a paragraph as wide as the page; its picture is its words with some of the page around them, not
+    a strip the width of the page and one line high, which the monitor page could only show a few pixels tall."""
+    url = site.set("/shop", LATE_PRICE.replace("$PRICE", "95.10"))
+    monitor_id = create(client, owner[1], url)["result"]["monitor_id"]
+    with db():
+        [image] = [bytes(shot.image) for shot in Screenshot.select().where(Screenshot.monitor == monitor_id)]
+    width, height = jpeg_size(image)
+    assert 320 <= width <= 640 and height >= 96, (width, height)
+
+
 def test_screenshots_kept_are_the_newest(client, owner, site, run_due_checks, reconfigure):
     reconfigure(MONITOR_SCREENSHOTS_KEPT=2)
     url = site.set("/shop", LATE_PRICE.replace("$PRICE", "95"))
