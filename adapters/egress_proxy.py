@@ -281,7 +281,7 @@ class Clients:
             address = ipaddress.ip_address(peer.split("%")[0])
         except ValueError:
             return False
-        if _loopback(peer):
+        if _is_loopback(address):
             return True
         plain = str(address.ipv4_mapped or address) if address.version == 6 else str(address)
         with self._lock:
@@ -359,9 +359,12 @@ class _Request:
 def _loopback(peer: str) -> bool:
     """Whether a peer address is this machine (an IPv4-mapped one too)."""
     try:
-        address = ipaddress.ip_address(peer.split("%")[0])
+        return _is_loopback(ipaddress.ip_address(peer.split("%")[0]))
     except ValueError:
         return False
+
+
+def _is_loopback(address) -> bool:
     return address.is_loopback or (address.version == 6 and address.ipv4_mapped is not None
                                    and address.ipv4_mapped.is_loopback)
 

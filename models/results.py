@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from dataclasses import dataclass
@@ -320,12 +321,18 @@ def counts_of(monitor_ids: list[str], now: datetime, life: Lifecycle, daily: boo
     """Each monitor's (conversation's fires in the last day, its wakes in the last hour), as fire_caps counts
     them (each stopping at its cap), in one statement. `daily` false: none of them has the daily cap, so no
     fires are counted (0). `also`: more columns of the monitor `o` (no parameters), after the two counts."""
-    sql = _CAPS_OF_SQL.format(keys=_notice_keys(), also=f", {also}" if also else "")
-    name = f"vigil_caps_of_{hashlib.sha1(also.encode()).hexdigest()[:12]}" if also else "vigil_caps_of"
+    name, sql = _caps_of_statement(also)
     day_limit = life.max_fires_per_conversation_day if daily else 0
     rows = run_prepared(name, sql, (now - timedelta(days=1), day_limit, now - timedelta(hours=1),
                                     life.max_wakes_per_hour, monitor_ids))
     return {monitor_id: tuple(counts) for monitor_id, *counts in rows.fetchall()}
+
+
+@functools.cache
+def _caps_of_statement(also: str) -> tuple[str, str]:
+    """counts_of's prepared statement for `also`: its name and text, built once per kind of call."""
+    name = f"vigil_caps_of_{hashlib.sha1(also.encode()).hexdigest()[:12]}" if also else "vigil_caps_of"
+    return name, _CAPS_OF_SQL.format(keys=_notice_keys(), also=f", {also}" if also else "")
 
 
 def caps_reached(day: int, hour: int, life: Lifecycle, monitor: Monitor) -> tuple[bool, bool]:
