@@ -23,7 +23,7 @@ from app.auth import bearer_token
 from models import connection, utcnow
 from models.db import retry_locked
 from models.commands import (
-    MAX_RECORDS_PER_POST, RecordRefused, runner_of_run, store_records, store_result, work_for,
+    MAX_RECORDS_PER_POST, RecordRefused, no_such_run, store_records, store_result, work_for,
 )
 from models.devices import AnotherRunner, PairingError, check_in, device_for_token, pair
 from models.monitors import load_for_check
@@ -218,12 +218,14 @@ def store_records_answer(token: str | None, run_id: str, records: list[dict]) ->
 def _store_records_once(token: str | None, run_id: str, records: list[dict]) -> tuple[dict, int]:
     runtime = current()
     with connection():
-        found = runner_of_run(token, run_id)  # one statement on a busy stream's every batch
-        device, check = found if found is not None else (_device_of(token, whole=False), None)
         try:
-            stored = store_records(device, run_id, records, utcnow(), runtime.lifecycle, check)
+            done = store_records(token, run_id, records, utcnow(), runtime.lifecycle)
+            if done is None:  # which: an unpaired token (401), or a run that is not this device's
+                _device_of(token, whole=False)
+                raise no_such_run(run_id)
         except RecordRefused as exc:
             return {"detail": str(exc)}, exc.status
+        device, stored = done
         _publish_records(stored, device)
     return {"acked": stored.acked}, 200
 

@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from engine.denylist import refused_by
 from engine.placeholders import fill, values as placeholder_values
-from engine.spec import MonitorSpec, check_from_record
+from engine.spec import CheckSpec, MonitorSpec, check_from_record
 from engine.streams import ending_text, lines_text, notice_text, waking_lines
 from engine.wake import paused_text
 from models.compiled import Prepared
@@ -221,24 +221,28 @@ class Stored:
     watcher_changed: bool = False
 
 
-def runner_of_run(token: str | None, run_id: str) -> tuple[Device, dict] | None:
-    """A runner's POST of records, in one statement: the live device of `token` and the check of its run
-    `run_id`'s monitor; None when the token or the run is unknown (the caller then finds out which)."""
+def store_records(token: str | None, run_id: str, records: list[dict], now: datetime, life: Lifecycle,
+                  ) -> tuple[Device, Stored] | None:
+    """Each (run, seq) stored once, in order, in one transaction with its wakes; the device that sent them and what
+    was stored (its `acked`: the highest contiguous seq). None, with nothing written, when `token` is no live
+    device's or `run_id` is not its run: the caller finds out which for its answer.
+    The lines each record wakes with are picked before the transaction, by the monitor's check: a regex or CEL
+    filter over a big batch is no work to hold SQLite's one write lock (or the run's row lock) for."""
     digest = lookup_digest(token)
-    row = _DEVICE_AND_CHECK.first(run_id, digest) if digest else None
-    device = live_device(row.device, digest) if row is not None else None
-    return (device, row.monitor.check) if device is not None else None
-
-
-def store_records(device: Device, run_id: str, records: list[dict], now: datetime, life: Lifecycle,
-                  check: dict | None = None) -> Stored:
-    """Each (run, seq) stored once, in order, in one transaction with its wakes; the highest contiguous seq.
-    The lines each record wakes with are picked before the transaction, by the monitor's `check` (read here
-    unless the caller has it): a regex or CEL filter over a big batch is no work to hold SQLite's one write
-    lock (or the run's row lock) for."""
-    picks = _picks(device, run_id, records, check)
+    if digest is None:
+        return None
+    check = _check_of_run(run_id, digest)
+    if check is None:
+        return None
+    picks = {record["seq"]: waking_lines(check, record.get("lines") or []) for record in records
+             if record["kind"] == "lines"}
     with database.atomic():
-        run = _locked_run(device, run_id)
+        run = _RUN_LOCKED.first(run_id, digest)  # the device is checked here, on every POST, under the lock
+        device = live_device(run.device, digest) if run is not None else None
+        if device is None:
+            return None
+        if run.kind != "stream":
+            raise RecordRefused(f"Run {run_id} is a polled run; send its result, not records.", 409)
         monitor = run.monitor  # read with the run, after its lock: what the last records left
         stored = Stored(acked=run.acked_seq, monitor=monitor, status_before=monitor.status if monitor else "")
         for record in sorted(records, key=lambda r: r["seq"]):
@@ -248,35 +252,57 @@ def store_records(device: Device, run_id: str, records: list[dict], now: datetim
                 break  # a gap: the runner resends from the ack
             if run.end_reason:
                 raise RecordRefused(f"Run {run_id} has ended; it takes no record after its exit.", 409)
-            _store_one(run, monitor, record, now, life, stored, picks.get(record["seq"]))
+            _store_one(run, monitor, record, now, life, stored, picks.get(record["seq"], []))
             stored.acked = record["seq"]
-        _SAVE_RUN.rowcount(stored.acked, run.status, run.started_at, run.finished_at, run.exit_code,
+        _SAVE_RUN.later(stored.acked, run.status, run.started_at, run.finished_at, run.exit_code,
                            run.end_reason, run.id)
-    return stored
+    return device, stored
+
+
+#: run id -> its monitor's check, parsed. A run belongs to one monitor for good, and a monitor's check is written
+#: once, at create (models/monitors.py), so what was read is never stale; it only picks lines before the
+#: transaction, whose locked read checks the device's token on every POST. Bounded: emptied when full.
+_CHECKS: dict[str, CheckSpec] = {}
+_CHECKS_MAX = 4096
+
+
+def _check_of_run(run_id: str, digest: str) -> CheckSpec | None:
+    """The check of run `run_id`'s monitor, read once per run (with the device of `digest`, so a stranger's
+    guess fills nothing); None for a run that is no live device's of `digest`."""
+    check = _CHECKS.get(run_id)
+    if check is not None:
+        return check
+    row = _DEVICE_AND_CHECK.first(run_id, digest)
+    if row is None or live_device(row.device, digest) is None:
+        return None
+    check = check_from_record(row.monitor.check)
+    if len(_CHECKS) >= _CHECKS_MAX:
+        _CHECKS.clear()
+    _CHECKS[run_id] = check
+    return check
 
 
 # a runner's POST of records runs these every time: peewee building their SQL cost more CPU than PostgreSQL
-# spent on them, so each is built once (and planned once per connection on PostgreSQL)
-# Each statement is a round trip, and each round trip (with its row's mapping) was about a tenth of a
-# millisecond of the web's CPU, so a POST reads what it needs in two: the device with its run's check before
-# the transaction, the run with its monitor under the lock (issue 27). They read only the columns used, not
-# whole rows: a monitor has nearly fifty; a status change reloads it whole for its event (app/runner.py).
-_CHECK_OF_RUN = Prepared("vigil_run_check", lambda run_id, device_id: (
-    Monitor.select(Monitor.check).join(CommandRun, on=(CommandRun.monitor == Monitor.id))
-    .where((CommandRun.id == run_id) & (CommandRun.device == device_id))))
+# spent on them, so each is built once (and planned once per connection on PostgreSQL).
+# Each statement is a round trip with its row's mapping, which at a stream's pace (a POST every 200 ms, caches
+# gone cold in between) cost the web more CPU than PostgreSQL spent, so a busy stream's POST reads what it needs
+# in one statement: the run with its device (by the token's digest) and its monitor, under the lock; its check is
+# read once per run (issue 27). They read only the columns used, not whole rows: a monitor has nearly fifty; a
+# status change reloads it whole for its event (app/runner.py).
 _DEVICE_AND_CHECK = Prepared("vigil_run_device_check", lambda run_id, digest: (
     CommandRun.select(CommandRun.id, CommandRun.device, CommandRun.monitor, Device.id, Device.user,
                       Device.token_digest, Device.revoked_at, Monitor.id, Monitor.check)
     .join(Device).switch(CommandRun).join(Monitor)
     .where((CommandRun.id == run_id) & (Device.token_digest == digest))))
-_RUN_LOCKED = Prepared("vigil_run_locked", lambda run_id, device_id: _for_update(
+_RUN_LOCKED = Prepared("vigil_run_locked_by_token", lambda run_id, digest: _for_update(
     CommandRun.select(CommandRun.id, CommandRun.device, CommandRun.monitor, CommandRun.kind, CommandRun.command,
                       CommandRun.status, CommandRun.acked_seq, CommandRun.exit_code, CommandRun.end_reason,
                       CommandRun.started_at, CommandRun.finished_at,
-                      Monitor.id, Monitor.user, Monitor.conversation, Monitor.status, Monitor.check,
+                      Device.id, Device.user, Device.token_digest, Device.revoked_at,
+                      Monitor.id, Monitor.user, Monitor.conversation, Monitor.status,
                       Monitor.description, Monitor.note, Monitor.on_match, Conversation.id, Conversation.external_id)
-    .join(Monitor).join(Conversation)
-    .where((CommandRun.id == run_id) & (CommandRun.device == device_id))))
+    .join(Device).switch(CommandRun).join(Monitor).join(Conversation)
+    .where((CommandRun.id == run_id) & (Device.token_digest == digest))))
 _NEW_RECORD = Prepared("vigil_run_record_new", lambda run_id, seq, kind, lines, received_at: RunRecord.insert({
     RunRecord.run: run_id, RunRecord.seq: seq, RunRecord.kind: kind, RunRecord.lines: lines,
     RunRecord.received_at: received_at}))
@@ -292,32 +318,12 @@ def _for_update(query):
     return query.for_update(of=CommandRun) if database.for_update else query
 
 
-def _picks(device: Device, run_id: str, records: list[dict], stored_check: dict | None) -> dict[int, list[str]]:
-    """seq -> the lines of that `lines` record that wake, by the monitor's filter (none for an unknown run)."""
-    if stored_check is None:
-        row = _CHECK_OF_RUN.first(run_id, device.id)
-        if row is None:
-            return {}
-        stored_check = row.check
-    check = check_from_record(stored_check)
-    return {record["seq"]: waking_lines(check, record.get("lines") or []) for record in records
-            if record["kind"] == "lines"}
-
-
-def _locked_run(device: Device, run_id: str) -> CommandRun:
-    run = _RUN_LOCKED.first(run_id, device.id)
-    if run is None:
-        raise RecordRefused(f"There is no run {run_id} of this device.", 404)
-    if run.kind != "stream":
-        raise RecordRefused(f"Run {run_id} is a polled run; send its result, not records.", 409)
-    return run
-
-
 def _store_one(run: CommandRun, monitor: Monitor, record: dict, now: datetime, life: Lifecycle,
-               stored: Stored, picked: list[str] | None = None) -> None:
+               stored: Stored, picked: list[str]) -> None:
+    """One record, in the caller's transaction; `picked`: the lines of a `lines` record that wake."""
     kind = record["kind"]
     lines, more = record.get("lines") or [], record.get("more", 0)
-    _NEW_RECORD.rowcount(run.id, record["seq"], kind, len(lines) + more, now)
+    _NEW_RECORD.later(run.id, record["seq"], kind, len(lines) + more, now)
     if kind in ("started", "exit"):
         stored.watcher_changed = True
     if kind == "started":
@@ -331,7 +337,6 @@ def _store_one(run: CommandRun, monitor: Monitor, record: dict, now: datetime, l
     if not live:
         return  # the owner stopped it meanwhile: stored (so the runner moves on), not woken
     if kind == "lines":
-        picked = waking_lines(check_from_record(monitor.check), lines) if picked is None else picked
         # the lines a record counts in `more` (past its size) were not seen here: they wake, said by their count
         text = lines_text(monitor.description, picked, more) if picked or more else ""
     else:
@@ -367,12 +372,17 @@ def _end_run(run: CommandRun, monitor: Monitor, record: dict, now: datetime, sto
                                   {"run_id": run.id, "exit_code": code, "reason": reason}))
 
 
+def no_such_run(run_id: str) -> RecordRefused:
+    """What a device is told of a run id that is not one of its runs."""
+    return RecordRefused(f"There is no run {run_id} of this device.", 404)
+
+
 def store_result(device: Device, run_id: str, exit_code: int | None, output: str, timed_out: bool,
                  now: datetime) -> bool:
     """A polled run's result, kept until the worker checks it; False when it was stored already."""
     run = CommandRun.get_or_none((CommandRun.id == run_id) & (CommandRun.device == device))
     if run is None:
-        raise RecordRefused(f"There is no run {run_id} of this device.", 404)
+        raise no_such_run(run_id)
     if run.kind != "poll":
         raise RecordRefused(f"Run {run_id} is a stream; send records, not a result.", 409)
     changed = CommandRun.update(status=FINISHED, exit_code=exit_code, output=output, timed_out=timed_out,

@@ -16,16 +16,19 @@ import weakref
 
 import peewee
 
-from models.db import database
+from models.db import ON_PREPARED_GONE, database
 
 #: pgcodes of "no such prepared statement" and "it exists already"
 _POOLER_CODES = {"26000", "42P05"}
 _EXISTS = "42P05"
 _prepared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+ON_PREPARED_GONE.append(lambda conn: _prepared.pop(conn, None))
 
 
-def execute(name: str, sql: str, params: tuple):
-    """Run `sql` (psycopg2 %s placeholders) with `params`, as the prepared statement `name`; a cursor."""
+def execute(name: str, sql: str, params: tuple, later: bool = False):
+    """Run `sql` (psycopg2 %s placeholders) with `params`, as the prepared statement `name`; a cursor. `later`:
+    its answer is not wanted, so inside a transaction it goes with the next statement (models/db.PooledPostgres)
+    and this returns None."""
     conn = database.connection()
     runs = _prepared.get(conn)
     if runs is None:
@@ -37,6 +40,8 @@ def execute(name: str, sql: str, params: tuple):
                 database.execute_sql(f"DEALLOCATE {name}")
             database.execute_sql(f"PREPARE {name} AS {_numbered(sql)}")
         runs[name] = (done or 0) + 1
+        if later and params:
+            return database.later(_execute_sql(name, len(params)), params)
         return database.execute_sql(_execute_sql(name, len(params)), params)
     except peewee.DatabaseError as exc:
         code = getattr(getattr(exc, "orig", None), "pgcode", None)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import peewee
+
 from models import prepared
 from tests.integration.helpers import db
 
@@ -74,3 +76,74 @@ def test_statements_are_prepared_again_ever_less_often():
     runs = [n for n in range(1, 300_000) if prepared.replan(n)]
     assert runs[:4] == [64, 128, 256, 512] and 65_536 in runs and 131_072 in runs and 196_608 in runs
     assert len(runs) == 14
+
+
+def _later_table() -> None:
+    prepared.database.execute_sql("CREATE TEMPORARY TABLE IF NOT EXISTS vigil_test_later (n int PRIMARY KEY)")
+    prepared.database.execute_sql("DELETE FROM vigil_test_later")
+
+
+def _later_rows() -> list[int]:
+    return [n for (n,) in prepared.database.execute_sql("SELECT n FROM vigil_test_later ORDER BY n")]
+
+
+INSERT = "INSERT INTO vigil_test_later (n) VALUES (%s)"
+
+
+def test_a_statement_sent_later_is_seen_by_the_next_and_kept_by_the_commit(postgres):
+    """models/db.PooledPostgres: a transaction's BEGIN and its `later` writes ride with its next statement."""
+    with db():
+        _later_table()
+        with prepared.database.atomic():
+            prepared.execute("vigil_test_later_insert", INSERT, (1,), later=True)
+            prepared.execute("vigil_test_later_insert", INSERT, (2,), later=True)
+            assert _later_rows() == [1, 2], "the next statement sees what was sent with it"
+            prepared.execute("vigil_test_later_insert", INSERT, (3,), later=True)
+        assert _later_rows() == [1, 2, 3], "the commit carried the last one"
+        with prepared.database.atomic():
+            pass  # nothing ran: nothing is sent, and the connection is usable after
+        assert prepared.database.execute_sql("SELECT 1").fetchone() == (1,)
+
+
+def test_a_later_statement_that_fails_fails_its_whole_transaction(postgres):
+    with db():
+        _later_table()
+        prepared.database.execute_sql(INSERT, (7,))
+        try:
+            with prepared.database.atomic():
+                prepared.execute("vigil_test_later_insert", INSERT, (8,), later=False)
+                prepared.execute("vigil_test_later_insert", INSERT, (7,), later=True)  # a duplicate key
+        except peewee.IntegrityError:
+            pass
+        else:
+            raise AssertionError("the duplicate sent with the COMMIT did not fail it")
+        assert _later_rows() == [7], "8 was rolled back with the duplicate"
+        with prepared.database.atomic():  # the next transaction on the same connection is a fresh one
+            prepared.execute("vigil_test_later_insert", INSERT, (9,), later=True)
+        assert _later_rows() == [7, 9]
+
+
+def test_a_rolled_back_transaction_drops_what_it_had_not_sent(postgres):
+    with db():
+        _later_table()
+        with prepared.database.atomic() as transaction:
+            prepared.execute("vigil_test_later_insert", INSERT, (4,), later=True)
+            transaction.rollback()
+        assert _later_rows() == []
+
+
+def test_a_later_statement_whose_prepared_plan_was_lost_is_prepared_again_next_time(postgres):
+    """Behind a pooler the server may have dropped the statement; it fails where it is sent, and the next use
+    prepares it again instead of failing for good."""
+    with db():
+        _later_table()
+        prepared.execute("vigil_test_later_insert", INSERT, (1,))
+        prepared.database.execute_sql("DEALLOCATE ALL")
+        try:
+            with prepared.database.atomic():
+                prepared.execute("vigil_test_later_insert", INSERT, (2,), later=True)
+        except peewee.DatabaseError:
+            pass
+        with prepared.database.atomic():
+            prepared.execute("vigil_test_later_insert", INSERT, (3,), later=True)
+        assert _later_rows() == [1, 3]

@@ -515,6 +515,22 @@ def test_records_with_a_revoked_or_unknown_token_are_401(client, owner):
     assert response.status_code == 401 and snapshot() == before
 
 
+def test_records_are_checked_against_the_device_on_every_post_not_once_per_run(client, owner):
+    """The run's check is read once and kept (models/commands._CHECKS); the token is not: once the device is
+    revoked, or from another device, the same run's next records are refused and nothing is stored."""
+    device, created, run = stream_run(client, owner)
+    assert send(client, device["token"], run.id, started()).json() == {"acked": 1}
+    other = pair(client, owner[0], name="desktop")
+    before = snapshot()
+    stranger = send(client, other["token"], run.id, lines(2, "ERROR from the wrong device"))
+    assert stranger.status_code == 404 and "no run" in stranger.json()["detail"]
+    with db():
+        Device.update(revoked_at=utcnow()).where(Device.id == device["device_id"]).execute()
+    revoked = send(client, device["token"], run.id, lines(2, "ERROR after the revoke"))
+    assert revoked.status_code == 401 and snapshot() == before
+    assert wakes(created["monitor_id"]) == []
+
+
 def test_stream_with_a_regex_wakes_only_on_matching_lines(client, owner):
     device = pair(client, owner[0])
     created = create_stream(client, owner[1], check={"type": "regex", "pattern": "ERROR"})
