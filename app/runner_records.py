@@ -88,12 +88,10 @@ class _Gone(Exception):
 
 
 async def _body(scope: Scope, receive: Receive, cap: int) -> bytes:
-    too_large = _Refused(413, f"The request body is over {cap} bytes (API_MAX_BODY_BYTES); send less.",
-                         (b"connection", b"close"))
     for name, value in scope["headers"]:
         if name == b"content-length":
             if not value.isdigit() or int(value) > cap:
-                raise too_large
+                raise _too_large(cap)
             break
     chunks, size = [], 0
     while True:
@@ -103,10 +101,15 @@ async def _body(scope: Scope, receive: Receive, cap: int) -> bytes:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > cap:
-            raise too_large
+            raise _too_large(cap)
         chunks.append(chunk)
         if not message.get("more_body", False):
             return b"".join(chunks)
+
+
+def _too_large(cap: int) -> _Refused:
+    return _Refused(413, f"The request body is over {cap} bytes (API_MAX_BODY_BYTES); send less.",
+                    (b"connection", b"close"))
 
 
 def _bearer(scope: Scope) -> str | None:

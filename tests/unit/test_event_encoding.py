@@ -47,3 +47,16 @@ def test_the_format_a_worker_wrote_before_still_reads():
 def test_a_message_it_did_not_write_is_refused_not_misread(raw):
     with pytest.raises((ValueError, KeyError, TypeError)):
         decoded(raw)
+
+
+def test_the_event_streams_write_each_event_as_litestar_would_have():
+    """app/events.sse writes the bytes itself (issue 27); a client reads exactly what ServerSentEvent sent."""
+    from litestar.response.sse import ServerSentEventMessage
+
+    from app.events import CONNECTED, KEEPALIVE, sse
+
+    for event, data in [("message.created", '{"id": 1, "content": "a\\nb"}'), ("monitor-1", "<li>\n  x\r\n</li>\n"),
+                        ("empty", ""), ("bare-cr", "a\rb")]:
+        assert sse(event, data) == ServerSentEventMessage(event=event, data=data).encode(), (event, data)
+    assert CONNECTED == ServerSentEventMessage(comment="connected", data=None).encode()
+    assert KEEPALIVE == ServerSentEventMessage(comment="keep-alive", data=None).encode()
