@@ -35,7 +35,14 @@ class LocalBus:
     def publish(self, user_id: int, name: str, data: dict) -> None:
         with self._lock:
             targets = list(self._subscribers.get(user_id, ()))
+        running = asyncio._get_running_loop()
         for loop, queue in targets:
+            if loop is running:  # published on the subscriber's own loop (app/runner_records.py): no wake needed
+                try:
+                    queue.put_nowait((name, data))
+                except asyncio.QueueFull:  # a holder that stopped reading loses events, not the publisher
+                    pass
+                continue
             try:
                 loop.call_soon_threadsafe(queue.put_nowait, (name, data))
             except RuntimeError:  # the subscriber's loop has closed

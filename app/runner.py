@@ -13,6 +13,8 @@ import asyncio
 import json
 from typing import Any
 
+import peewee
+
 from litestar import Controller, Request, Response, get, post
 from litestar.concurrency import sync_to_thread
 from litestar.exceptions import ClientException, NotAuthorizedException, ValidationException
@@ -21,7 +23,7 @@ from litestar.params import FromPath, FromQuery, JSONBody
 from adapters.events import RESUMED
 from app.auth import bearer_token
 from models import connection, utcnow
-from models.db import retry_locked
+from models.db import EmbeddedSqlite, database, locked, retry_locked
 from models.commands import (
     MAX_RECORDS_PER_POST, RecordRefused, no_such_run, store_records, store_result, work_for,
 )
@@ -213,6 +215,29 @@ def store_records_answer(token: str | None, run_id: str, records: list[dict]) ->
     for a token of no live device). Numbered records are stored once whatever is sent again, so a unit of work
     that met SQLite's write lock simply runs again here: the runner never sees a 503 for it. Call in a thread."""
     return retry_locked(_store_records_once, token, run_id, records)
+
+
+#: a POST of at most this many lines may be stored on the event loop when embedded (store_records_now): its
+#: regex or CEL filter runs there too, so the batch is kept small
+NOW_MAX_LINES = 20
+
+
+def store_records_now(token: str | None, run_id: str, records: list[dict]) -> tuple[dict, int] | None:
+    """Embedded, a small POST is stored right here on the web's event loop, when SQLite's write lock is free at
+    once: SQLite is this process, a transaction of a few statements takes tens of microseconds, and handing it
+    to a thread and back cost more CPU than the whole store (two wakes of two threads, every 200 ms of a busy
+    stream; issue 27). None, with nothing stored, when it must go to a thread (production's network database, a
+    bigger batch, another writer's turn): store_records_answer then does it, waiting its turn as usual."""
+    db = database.obj
+    if not isinstance(db, EmbeddedSqlite) or sum(len(r.get("lines") or ()) for r in records) > NOW_MAX_LINES:
+        return None
+    with db.without_waiting():
+        try:
+            return _store_records_once(token, run_id, records)
+        except peewee.OperationalError as exc:
+            if locked(exc):
+                return None
+            raise
 
 
 def _store_records_once(token: str | None, run_id: str, records: list[dict]) -> tuple[dict, int]:

@@ -6,7 +6,8 @@ per-thread CPU and py-spy that was the larger part of the web's cost per batch o
 wrapper answers exactly that route (`POST /api/runner/runs/{run_id}/records`) itself and hands everything else
 to the app unchanged. What the middlewares do for this route it does too, in the same words: the body is capped
 at API_MAX_BODY_BYTES (413), refused when nested deeper than app/json_depth.py allows (400), the work runs in the
-public lane's threads (app/capacity.py), an outage answers app/unavailable.py's 503, and every answer carries
+public lane's threads (app/capacity.py) — embedded, a small batch is stored on the event loop itself when SQLite's
+write lock is free at once (app/runner.store_records_now) — an outage answers app/unavailable.py's 503, and every answer carries
 app/headers.py's headers. Checking and storing are app/runner.py's own functions, which its Litestar route (what
 the in-process test client and the OpenAPI document see) calls as well.
 """
@@ -24,7 +25,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 from app.capacity import PUBLIC, lane_pool
 from app.headers import HEADERS
 from app.json_depth import MAX_DEPTH, too_deep
-from app.runner import checked_records, store_records_answer
+from app.runner import checked_records, store_records_answer, store_records_now
 from app.unavailable import BODY as UNAVAILABLE_BODY, RETRY_AFTER
 from tasks.broker import UNAVAILABLE
 
@@ -65,9 +66,12 @@ async def _records(scope: Scope, receive: Receive, send: Send, run_id: str, max_
         except msgspec.DecodeError:
             raise _Refused(400, "The body is not JSON: send {\"records\": [{\"seq\", \"kind\", …}, …]}.") from None
         records = checked_records(data, len(body))
-        loop = asyncio.get_running_loop()
-        answer, status = await loop.run_in_executor(lane_pool(PUBLIC), store_records_answer, _bearer(scope),
-                                                    run_id, records)
+        token = _bearer(scope)
+        done = store_records_now(token, run_id, records)  # embedded, a small batch: here, without a thread
+        if done is None:
+            done = await asyncio.get_running_loop().run_in_executor(lane_pool(PUBLIC), store_records_answer, token,
+                                                                    run_id, records)
+        answer, status = done
         await _send(send, status, answer)
     except HTTPException as exc:  # checked_records' ValidationException, the 401 of an unknown token
         await _send(send, exc.status_code, {"status_code": exc.status_code, "detail": exc.detail},

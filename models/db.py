@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 import time
 from contextlib import contextmanager
@@ -62,10 +63,17 @@ class EmbeddedSqlite(PooledSqliteDatabase):
         self._holds = threading.local()  # whether this thread's transaction holds `_writer`
 
     def begin(self, lock_type=None):
-        if not self._writer.acquire(timeout=SQLITE_WRITE_WAIT_SECONDS):
+        now = getattr(self._holds, "without_waiting", False)
+        if now and not self._writer.acquire(blocking=False):
+            raise peewee.OperationalError("database is locked: another writer's turn (not waited for)")
+        if not now and not self._writer.acquire(timeout=SQLITE_WRITE_WAIT_SECONDS):
             raise peewee.OperationalError(f"database is locked: no turn to write in {SQLITE_WRITE_WAIT_SECONDS:.0f} s")
         self._holds.writer = True
         try:
+            if now:  # nor for another process holding the file: SQLite's busy handler would wait (the timeout is
+                # put back when the transaction ends, before the pooled connection serves anyone else)
+                self._holds.busy_cut = self._state.conn
+                self._state.conn.execute("PRAGMA busy_timeout = 0")
             super().begin(lock_type)
         except BaseException:
             self._let_go()
@@ -87,7 +95,26 @@ class EmbeddedSqlite(PooledSqliteDatabase):
         self._let_go()  # a connection closed mid-transaction (its thread failed) leaves no writer waiting on it
         super()._close(conn, close_conn)
 
+    @contextmanager
+    def without_waiting(self):
+        """This thread's units of work inside: a transaction that would wait for the write lock (this process's
+        turn, or another process holding the file) fails at once with "database is locked" instead. For work on
+        the web's event loop, which must never block (app/runner_records.py); the caller then hands it to a
+        thread, where it waits its turn as usual. Open the connection inside."""
+        self._holds.without_waiting = True
+        try:
+            yield
+        finally:
+            self._holds.without_waiting = False
+
     def _let_go(self) -> None:
+        conn = getattr(self._holds, "busy_cut", None)
+        if conn is not None:
+            self._holds.busy_cut = None
+            try:
+                conn.execute(f"PRAGMA busy_timeout = {_SQLITE_PRAGMAS['busy_timeout']}")
+            except sqlite3.Error:  # a connection that broke is not handed out again
+                pass
         if getattr(self._holds, "writer", False):
             self._holds.writer = False
             self._writer.release()
