@@ -231,6 +231,9 @@ def store_records_now(token: str | None, run_id: str, records: list[dict]) -> tu
     db = database.obj
     if not isinstance(db, EmbeddedSqlite) or sum(len(r.get("lines") or ()) for r in records) > NOW_MAX_LINES:
         return None
+    # the loop keeps its connection between POSTs (opened here, never closed): the pool's checkout and return
+    # were a tenth of a POST's CPU, and a SQLite connection outside a transaction holds nothing
+    db.connect(reuse_if_open=True)
     with db.without_waiting():
         try:
             return _store_records_once(token, run_id, records)
