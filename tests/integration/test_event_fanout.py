@@ -82,3 +82,29 @@ def test_a_subscription_while_redis_is_unreachable_is_refused_with_a_sentence(po
             return str(exc)
 
     assert run_coroutine(scenario()) == "Redis did not confirm the event subscription within 5 s"
+
+
+def test_a_publish_after_its_connection_was_cut_arrives(postgres):
+    """Each thread publishes on a connection of its own (adapters/events.RedisBus._send); when Redis dropped it
+    (a restart, an idle timeout) the next publish is sent once more on a new one, as redis-py's retry did."""
+    import redis as redis_client
+
+    from adapters.events import RedisBus, decoded
+    from tests.conftest import TEST_REDIS_URL
+
+    bus = RedisBus(TEST_REDIS_URL, "cut-test")
+    listener = redis_client.Redis.from_url(TEST_REDIS_URL).pubsub()
+    listener.subscribe(bus._channel(7))
+    assert listener.get_message(timeout=5)["type"] == "subscribe"
+    bus.publish(7, "first", {"n": 1})
+    admin = redis_client.Redis.from_url(TEST_REDIS_URL)
+    port = bus._local.conn._sock.getsockname()[1]  # this thread's publishing connection, as Redis lists it
+    [client] = [c for c in admin.client_list() if c["addr"].endswith(f":{port}")]
+    assert admin.client_kill_filter(_id=client["id"]) == 1
+    bus.publish(7, "second", {"n": 2})
+    received = []
+    for _ in range(2):
+        message = listener.get_message(timeout=5)
+        received += decoded(message["data"])
+    assert received == [("first", {"n": 1}), ("second", {"n": 2})]
+    listener.close()
