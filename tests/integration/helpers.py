@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +18,30 @@ from models.tables import Message, Monitor, Wake
 def db():
     with database.connection_context():
         yield database
+
+
+@contextmanager
+def transaction_held_elsewhere(hold=lambda: None):
+    """Another thread inside a write transaction (having run `hold()` in it: rows it locks, say) for the length of
+    the block, as another writer of this process would be: the in-process worker, a second scheduler."""
+    from models.db import write_transaction
+
+    holding, done = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with database.connection_context(), write_transaction():
+            hold()
+            holding.set()
+            done.wait(60)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert holding.wait(30), "the other thread never began its transaction"
+        yield
+    finally:
+        done.set()
+        thread.join(30)
 
 
 def wakes(monitor_id: str | None = None) -> list[Message]:

@@ -6,7 +6,6 @@ it as before. On PostgreSQL, or for a big batch, it always goes to a thread."""
 from __future__ import annotations
 
 import sqlite3
-import threading
 import uuid
 from datetime import timedelta
 
@@ -20,7 +19,7 @@ from models.devices import add_device
 from models.migrate import migrate
 from models.tables import CommandRun, Conversation, Monitor, RunRecord, User
 from tests.conftest import TEST_DATABASE_URL
-from tests.integration.helpers import db
+from tests.integration.helpers import db, transaction_held_elsewhere
 
 
 @pytest.fixture()
@@ -67,23 +66,10 @@ def test_a_small_post_is_stored_on_the_loop_when_the_lock_is_free(on_sqlite):
 
 def test_another_writers_turn_is_not_waited_for_on_the_loop(on_sqlite):
     _, token, run_id = on_sqlite
-    turn_taken, release = threading.Event(), threading.Event()
-
-    def writer() -> None:  # another thread of this process (the in-process worker, say) in its transaction
-        with db(), database.atomic():
-            turn_taken.set()
-            release.wait(60)
-
-    other = threading.Thread(target=writer)
-    other.start()
-    try:
-        assert turn_taken.wait(10)
+    with transaction_held_elsewhere():  # another thread of this process (the in-process worker, say) writing
         # were the loop to wait for the turn, this would hang until the writer let go, and then store
         assert store_records_now(token, run_id, _lines(2, "ERROR during another write")) is None
         assert _stored(run_id) == []
-    finally:
-        release.set()
-        other.join(10)
     assert store_records_answer(token, run_id, _lines(2, "ERROR during another write")) == ({"acked": 2}, 200)
     assert _stored(run_id) == [2]
 

@@ -9,17 +9,15 @@ The window is closed by the scheduler's tick: `run_due_checks(seconds)` ticks th
 
 from __future__ import annotations
 
-import threading
 
 import pytest
 
-from models import database
 from models.coalesce import flush_due
-from models.db import utcnow, write_transaction
+from models.db import utcnow
 from models.monitors import load_for_check
 from models.results import write_wake
 from models.tables import Conversation, HeldWake, Message, Monitor, Wake
-from tests.integration.helpers import db, monitor_row, running_stack
+from tests.integration.helpers import db, monitor_row, running_stack, transaction_held_elsewhere
 from tests.processes import stop
 from tests.integration.test_vigil_watch import Watch, fire, hook
 from tests.integration.test_wake_push import Receiver, register
@@ -189,23 +187,9 @@ def test_coalesce_a_second_scheduler_skips_a_window_another_is_delivering(client
     for description in ("deploy hook", "tests hook"):
         post(client, drain, create_hook(client, owner[1], description)[1], description)
     later = utcnow().replace(year=utcnow().year + 1)
-    holding, done = threading.Event(), threading.Event()
-
-    def first_scheduler() -> None:  # holds the window's rows, as one delivering them does
-        with database.connection_context(), write_transaction():
-            list(HeldWake.select().for_update(skip_locked=True))
-            holding.set()
-            done.wait(30)
-
-    thread = threading.Thread(target=first_scheduler)
-    thread.start()
-    try:
-        assert holding.wait(30)
-        with db():
-            assert flush_due(later) == [], "the second scheduler skipped the rows the first holds"
-    finally:
-        done.set()
-        thread.join(30)
+    # the first scheduler holds the window's rows, as one delivering them does
+    with transaction_held_elsewhere(lambda: list(HeldWake.select().for_update(skip_locked=True))), db():
+        assert flush_due(later) == [], "the second scheduler skipped the rows the first holds"
     with db():
         [flushed] = flush_due(later)
         assert flush_due(later) == []
