@@ -185,11 +185,8 @@ class PooledPostgres(PooledPostgresqlDatabase):
         if pending:
             self._state.pending = []  # in the transaction from now on: what comes later waits again
             if params or all(not p for _, p in pending):  # literal %s are only safe where parameters are
-                sql = "; ".join([*(text for text, _ in pending), sql])
-                params = tuple(value for _, p in pending for value in p) + tuple(params or ())
-            else:
-                super().execute_sql("; ".join(text for text, _ in pending),
-                                    tuple(value for _, p in pending for value in p))
+                return super().execute_sql(*_joined([*pending, (sql, params or ())]))
+            super().execute_sql(*_joined(pending))
         return super().execute_sql(sql, params)
 
     def commit(self):
@@ -198,13 +195,7 @@ class PooledPostgres(PooledPostgresqlDatabase):
         if pending == [("BEGIN", ())]:  # nothing ran: nothing to commit
             return None
         if pending:
-            statements = [*pending, ("COMMIT", ())]
-            try:
-                return super().execute_sql("; ".join(text for text, _ in statements),
-                                           tuple(value for _, p in statements for value in p))
-            except peewee.DatabaseError as exc:
-                _prepared_gone(self._state.conn, exc)
-                raise
+            return self.execute_sql(*_joined([*pending, ("COMMIT", ())]))
         return super().commit()
 
     def rollback(self):
@@ -232,6 +223,11 @@ class PooledPostgres(PooledPostgresqlDatabase):
         if time.monotonic() - self._checked_in.get(id(conn), 0.0) < self.PING_AFTER_IDLE_SECONDS:
             return bool(conn.closed)
         return super()._is_closed(conn)
+
+
+def _joined(statements: list[tuple[str, tuple]]) -> tuple[str, tuple]:
+    """Statements as one query for psycopg2: their texts joined, their parameters in order."""
+    return "; ".join(text for text, _ in statements), tuple(value for _, params in statements for value in params)
 
 
 #: called with a connection whose prepared statements the server no longer has (models/prepared.py registers)
